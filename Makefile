@@ -1,0 +1,150 @@
+# inferd: one build. The CPU engine always; the CUDA engine when nvcc is found.
+#
+#   make            build/inferd-run, build/inferd, build/inferd-mock-broker, the tools
+#   make engine     only what needs no Kafka/systemd (inferd-run, the GPU tests): for tools/gpu-check
+#   make test       every suite this machine can run; last line "N passed, N failed, N skipped"
+#   make demo       the main job on the embedded defaults
+#   make fuzz       the safetensors reader under libFuzzer (clang)
+#   make deps       installs the Debian packages the build and tests need
+#
+# Variables: CUDA_ARCH="90 80" (compute capabilities), NVCC=path or NVCC= to
+# skip CUDA, WERROR= to drop -Werror, FUZZ_SECONDS=60.
+
+BUILD     ?= build
+CC        ?= cc
+CFLAGS    ?= -O2 -g
+WERROR    ?= -Werror
+CUDA_ARCH ?= 90 80
+FUZZ_SECONDS ?= 60
+PREFIX    ?= /usr/local
+
+PKG_CONFIG ?= pkg-config
+CORE_PKGS   := jansson openblas libcrypto
+DAEMON_PKGS := rdkafka libsystemd
+# Set DEPS_PREFIX to a folder of unpacked .deb files (tools/gpu-check) to build
+# the engine where these Debian packages are not installed.
+ifdef DEPS_PREFIX
+CORE_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-pthread
+CORE_LIBS   := -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/openblas-pthread \
+               -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu/openblas-pthread \
+               -ljansson -lopenblas -lcrypto
+else
+CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(CORE_PKGS) 2>/dev/null)
+CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(CORE_PKGS) 2>/dev/null)
+endif
+DAEMON_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DAEMON_PKGS) 2>/dev/null) -I/usr/include/iniparser
+DAEMON_LIBS   := $(shell $(PKG_CONFIG) --libs $(DAEMON_PKGS) 2>/dev/null) -liniparser
+CUNIT_LIBS    := $(shell $(PKG_CONFIG) --libs cunit 2>/dev/null || echo -lcunit)
+
+WARN     := -Wall -Wextra $(WERROR) -Wno-missing-field-initializers
+ALL_CFLAGS = -std=gnu11 $(CFLAGS) $(WARN) -MMD -MP -D_GNU_SOURCE -Isrc $(CORE_CFLAGS)
+LDLIBS_CORE = $(CORE_LIBS) -lpthread -lm
+
+# --- CUDA detection -------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifneq ($(strip $(NVCC)),)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS  ?= -O3 -lineinfo
+ALL_NVCCFLAGS = -std=c++17 $(NVCCFLAGS) $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP -Isrc -Icuda $(CORE_CFLAGS)
+CUDA_SRCS  := $(wildcard cuda/*.cu)
+CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+CUDA_NONE  :=
+else
+CUDA_OBJS  :=
+CUDA_LIBS  :=
+CUDA_NONE  := src/engine_cuda_none.c
+endif
+comma := ,
+
+# --- sources ---------------------------------------------------------------
+# The engine core needs no Kafka or systemd; everything else in src/ is the daemon's.
+CORE_SRCS := $(addprefix src/,errbuf.c units.c st.c model.c plan.c record.c engine.c engine_cpu.c \
+             cpu_ops.c engine_cuda_plan.c prediction.c labels.c) $(CUDA_NONE)
+PROG_SRCS := src/inferd_run.c src/inferd.c
+DAEMON_SRCS := $(filter-out $(CORE_SRCS) $(PROG_SRCS) src/engine_cuda_none.c,$(wildcard src/*.c))
+TOOL_SRCS := $(wildcard tools/*.c)
+UNIT_SRCS := $(wildcard tests/unit/*.c)
+GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
+
+CORE_OBJS   := $(CORE_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS)
+DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
+
+PROGRAMS := $(BUILD)/inferd-run $(if $(wildcard src/inferd.c),$(BUILD)/inferd) $(TOOLS)
+ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
+
+.PHONY: all engine test unit demo fuzz deps clean install cuda-status
+all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
+engine: cuda-status $(ENGINE_PROGRAMS)
+
+cuda-status:
+ifeq ($(strip $(NVCC)),)
+	@echo "nvcc not found, skipping CUDA: building the CPU engine only"
+else
+	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))"
+endif
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(if $(filter $(DAEMON_SRCS) $(PROG_SRCS) $(TOOL_SRCS) $(UNIT_SRCS),$<),$(DAEMON_CFLAGS)) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(ALL_NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libinferd-core.a: $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libinferd-daemon.a: $(DAEMON_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/inferd-run: $(BUILD)/src/inferd_run.o $(BUILD)/libinferd-core.a
+	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)
+
+$(BUILD)/inferd: $(BUILD)/src/inferd.o $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
+	$(CC) $(CFLAGS) -o $@ $^ $(DAEMON_LIBS) $(CUDA_LIBS) $(LDLIBS_CORE)
+
+$(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
+	$(CC) $(CFLAGS) -o $@ $^ $(DAEMON_LIBS) $(CUDA_LIBS) $(LDLIBS_CORE)
+
+# One CUnit binary runs every tests/unit/test_<module>.c; the registry is
+# generated from the file names, so a new suite needs no other edit.
+$(BUILD)/tests/unit_registry.h: $(UNIT_SRCS)
+	@mkdir -p $(dir $@)
+	@{ for f in $(patsubst tests/unit/test_%.c,%,$(filter tests/unit/test_%.c,$(UNIT_SRCS))); do \
+	     echo "UNIT_SUITE($$f)"; done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tests/unit/main.o: $(BUILD)/tests/unit_registry.h
+$(BUILD)/tests/unit/%.o: ALL_CFLAGS += -I$(BUILD)/tests -Itests/unit
+
+$(BUILD)/tests/unit-tests: $(UNIT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
+	$(CC) $(CFLAGS) -o $@ $^ $(CUNIT_LIBS) $(DAEMON_LIBS) $(CUDA_LIBS) $(LDLIBS_CORE)
+
+$(BUILD)/tests/gpu-tests: $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libinferd-core.a
+	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)
+
+test: deps all
+	tests/run
+
+demo: deps all
+	tools/demo
+
+# libFuzzer needs clang; the reader and its error path are all it links.
+fuzz: deps
+	tools/fuzz $(FUZZ_SECONDS)
+
+deps:
+	@tools/install-deps
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

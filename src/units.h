@@ -1,0 +1,24 @@
+/* units: sizes and budgets as people write them ("11GiB", "512MiB", "70%").
+ * Parsing and formatting only. */
+#ifndef INFERD_UNITS_H
+#define INFERD_UNITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A byte count with an optional suffix B, KiB, MiB, GiB, TiB (also K, M, G, T,
+ * binary); an optional fractional part is allowed with a suffix ("1.5GiB").
+ * Returns 0, or -EINVAL (bad text) / -ERANGE (overflow). */
+int units_parse_size(const char *s, uint64_t *ret);
+
+/* A SIZE, or a percentage of capacity_bytes ("70%", 0 < PCT <= 100).
+ * A percentage with capacity_bytes == 0 is -EINVAL. */
+int units_parse_budget(const char *s, uint64_t capacity_bytes, uint64_t *ret);
+
+/* True when s is a percentage ("70%"). */
+int units_is_percent(const char *s);
+
+/* "97.5 MiB"; returns buf. */
+const char *units_format_size(uint64_t bytes, char *buf, size_t len);
+
+#endif
