@@ -35,6 +35,12 @@ typedef struct engine_topk {
 
 typedef struct engine engine_t;
 
+enum {
+        ENGINE_SLOT_IDLE,       /* free to pack */
+        ENGINE_SLOT_BUSY,       /* submitted, not yet reaped */
+        ENGINE_SLOT_DONE,       /* results ready until the next submit */
+};
+
 typedef struct engine_ops {
         const char *name;       /* "cpu", "cuda" */
         int (*open)(engine_t *e, errbuf_t *err);        /* fills e->impl, carves the arena */
@@ -50,10 +56,12 @@ typedef struct engine_ops {
 struct engine {
         const engine_ops_t *ops;
         model_t *model;         /* borrowed; the CUDA engine drops its host weights after upload */
-        plan_t plan;            /* copied at open */
+        plan_request_t request; /* what the plan was made from; an engine may re-plan with a measured context */
+        plan_t plan;            /* copied at open; an engine's open may lower max_batch, never raise it */
         int device;             /* CUDA device ordinal */
         record_format_t *formats;       /* (depth, max_batch): the format of each packed record */
         int *slot_n;            /* (depth): records in the slot's current batch */
+        unsigned char *slot_state;      /* (depth): ENGINE_SLOT_* */
         void *impl;
 };
 

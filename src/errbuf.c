@@ -18,7 +18,7 @@ int errbuf_set(errbuf_t *e, int r, const char *fmt, ...) {
 }
 
 int errbuf_prefix(errbuf_t *e, int r, const char *fmt, ...) {
-        char prefix[sizeof(e->msg)], old[sizeof(e->msg)];
+        char prefix[sizeof(e->msg)], joined[2 * sizeof(e->msg) + 2];
         va_list ap;
 
         if (!e)
@@ -26,7 +26,7 @@ int errbuf_prefix(errbuf_t *e, int r, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(prefix, sizeof(prefix), fmt, ap);
         va_end(ap);
-        memcpy(old, e->msg, sizeof(old));
-        snprintf(e->msg, sizeof(e->msg), "%s: %s", prefix, old);
+        snprintf(joined, sizeof(joined), "%s: %s", prefix, e->msg);
+        snprintf(e->msg, sizeof(e->msg), "%.*s", (int)sizeof(e->msg) - 1, joined);
         return r;
 }

@@ -18,6 +18,7 @@
 #define INFERD_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "errbuf.h"
 #include "st.h"
@@ -83,6 +84,10 @@ int model_load(model_t **ret, const char *path, errbuf_t *err);
 
 /* The same from an already opened file (model->id stays ""). */
 int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err);
+
+/* The layer table with seeded random weights (He-scaled uniform, zero
+ * biases): for benchmarks that have no weights file. Not for predictions. */
+int model_random(model_t **ret, uint64_t seed);
 
 /* Frees the host copy of the weights once an engine holds its own (the CUDA
  * engine after its upload), so one weight set stays resident. */

@@ -102,6 +102,21 @@ typedef struct plan {
  * arena size in elements; offsets[] receives each tensor's element offset. */
 size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]);
 
+/* Alignment, in elements, of every activation tensor's per-sample offset,
+ * and in bytes of every weight and bias block: vector loads and cuBLASLt
+ * want aligned pointers, and the padding is part of the plan. */
+#define PLAN_TENSOR_ALIGN_ELEMS 128
+#define PLAN_WEIGHT_ALIGN_BYTES 256
+
+/* Lays out the weights of m in precision p: for each conv/fc op i in table
+ * order, its weight block (cout, kh, kw, cin) in p at w_offset[i] and its fp32
+ * bias (cout) at b_offset[i], both aligned to PLAN_WEIGHT_ALIGN_BYTES (other
+ * ops get 0). Returns the total bytes: the plan's weights_bytes. Either
+ * array may be NULL. The CPU engine keeps fp32 weights in the model's own
+ * blocks; the CUDA engine uploads into exactly this layout. */
+uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MODEL_MAX_OPS],
+                            size_t b_offset[MODEL_MAX_OPS]);
+
 /* The device total for a given batch (the quantity plan_make bounds). */
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *ret);
 

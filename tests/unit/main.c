@@ -43,9 +43,9 @@ int main(int argc, char **argv) {
 #include "unit_registry.h"
 #undef UNIT_SUITE
 
+        /* CU_run_all_tests, not the Basic interface, which replaces the handler. */
         CU_set_test_complete_handler(on_test_complete);
-        CU_basic_set_mode(CU_BRM_SILENT);
-        CU_basic_run_tests();
+        CU_run_all_tests();
         failed = CU_get_number_of_tests_failed();
         printf("CUnit: %u tests run, %u failed\n", CU_get_number_of_tests_run(), failed);
         CU_cleanup_registry();

@@ -1,0 +1,201 @@
+/* Unit tests of the engine interface on the CPU engine: slots, the
+ * completion fd, the errors of a misuse, and that a record's result does not
+ * depend on its batch or position (which an arena overlap would break).
+ * Numerics against torchvision are the golden suite's job. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "unit.h"
+
+static engine_t *engine_test_open(model_t *m, int max_batch) {
+        engine_options_t o;
+        engine_t *e = NULL;
+        errbuf_t err;
+
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.max_batch = max_batch;
+        o.top_k = 3;
+        if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {
+                fprintf(stderr, "engine_open: %s\n", err.msg);
+                return NULL;
+        }
+        return e;
+}
+
+static void engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
+        unsigned char *p = engine_slot_record(e, slot, i);
+
+        if (f == RECORD_RGB8)
+                for (size_t k = 0; k < RECORD_RGB8_BYTES; k++)
+                        p[k] = (unsigned char)(unit_rand_u64(&seed) >> 56);
+        else
+                for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
+                        ((float *)p)[k] = unit_rand_float(&seed) * 2.0f;
+        engine_slot_set_format(e, slot, i, f);
+}
+
+static void test_engine_cpu_result_independent_of_batch(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        float alone[2][MODEL_CLASSES];
+        const float *lg;
+        const engine_topk_t *top;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        e = engine_test_open(m, 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        /* Record A (rgb8) and B (f32) alone, in batches of 1 in two slots. */
+        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_test_fill(e, 1, 0, 202, RECORD_F32_CHW);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 1, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 1, 1, &err), 0);
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EBUSY);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        memcpy(alone[0], engine_slot_logits(e, 0), sizeof(alone[0]));
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 1, &err), 0);
+        memcpy(alone[1], engine_slot_logits(e, 1), sizeof(alone[1]));
+        /* Then B, another record, and A together in one batch of 3. */
+        engine_test_fill(e, 0, 0, 202, RECORD_F32_CHW);
+        engine_test_fill(e, 0, 1, 303, RECORD_RGB8);
+        engine_test_fill(e, 0, 2, 101, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 3, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        lg = engine_slot_logits(e, 0);
+        {
+                double num0 = 0, num1 = 0, den0 = 0, den1 = 0;
+
+                for (int c = 0; c < MODEL_CLASSES; c++) {
+                        num0 += pow(lg[2 * MODEL_CLASSES + c] - alone[0][c], 2);
+                        num1 += pow(lg[c] - alone[1][c], 2);
+                        den0 += pow(alone[0][c], 2);
+                        den1 += pow(alone[1][c], 2);
+                }
+                fprintf(stderr, "batch independence: rel %.3g %.3g, norm %.3g\n", sqrt(num0 / den0), sqrt(num1 / den1), sqrt(den0));
+                /* The GEMMs' blocking differs with the row count, so not bit-equal;
+                 * an arena overlap would be off by far more than fp32 rounding. */
+                CU_ASSERT(sqrt(num0 / den0) < 1e-5);
+                CU_ASSERT(sqrt(num1 / den1) < 1e-5);
+        }
+        /* The middle record differs from both; top-k is sorted softmax. */
+        CU_ASSERT(fabs(lg[MODEL_CLASSES] - lg[0]) + fabs(lg[MODEL_CLASSES + 1] - lg[1]) > 0);
+        top = engine_slot_topk(e, 0);
+        for (int i = 0; i < 3; i++) {
+                double sum = 0, mx = -INFINITY;
+
+                CU_ASSERT(top[i * 3].score >= top[i * 3 + 1].score && top[i * 3 + 1].score >= top[i * 3 + 2].score);
+                for (int c = 0; c < MODEL_CLASSES; c++)
+                        mx = fmax(mx, lg[i * MODEL_CLASSES + c]);
+                for (int c = 0; c < MODEL_CLASSES; c++)
+                        sum += exp(lg[i * MODEL_CLASSES + c] - mx);
+                CU_ASSERT_EQUAL(lg[i * MODEL_CLASSES + top[i * 3].cls], mx);
+                CU_ASSERT_DOUBLE_EQUAL(top[i * 3].score, 1.0 / sum, 1e-5);
+        }
+        engine_free(e);
+        model_free(m);
+}
+
+static void test_engine_cpu_completion_fd(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        int slot = -1, fd;
+        struct pollfd p;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 6), 0);
+        e = engine_test_open(m, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        fd = engine_completion_fd(e);
+        CU_ASSERT(fd >= 0);
+        CU_ASSERT_EQUAL(engine_reap(e, &slot, &err), 0);        /* nothing yet, and no blocking */
+        engine_test_fill(e, 1, 0, 7, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 1, 1, &err), 0);
+        p = (struct pollfd){ .fd = fd, .events = POLLIN };
+        CU_ASSERT_EQUAL(poll(&p, 1, 60000), 1);
+        CU_ASSERT_EQUAL(engine_reap(e, &slot, &err), 1);
+        CU_ASSERT_EQUAL(slot, 1);
+        CU_ASSERT_EQUAL(engine_reap(e, &slot, &err), 0);
+        p.revents = 0;
+        CU_ASSERT_EQUAL(poll(&p, 1, 0), 0);                     /* readiness cleared */
+        engine_free(e);
+        model_free(m);
+}
+
+static void test_engine_cpu_refuses_misuse(void) {
+        model_t *m = NULL, *desc = NULL;
+        engine_options_t o;
+        engine_t *e;
+        errbuf_t err = { "" };
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 8), 0);
+        e = engine_test_open(m, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 3, &err), -EINVAL);        /* larger than the plan */
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 0, &err), -EINVAL);
+        CU_ASSERT_EQUAL(engine_submit(e, 5, 1, &err), -EINVAL);
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EINVAL);        /* no format packed */
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "no runnable format"));
+        engine_free(e);
+
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.precision = PRECISION_FP16;
+        CU_ASSERT_EQUAL(engine_open(&e, m, &o, NULL, 0, &err), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "fp32 only"));
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.device_budget = "1MiB";
+        CU_ASSERT_EQUAL(engine_open(&e, m, &o, NULL, 0, &err), -ENOSPC);
+        o.device_budget = "lots";
+        CU_ASSERT_EQUAL(engine_open(&e, m, &o, NULL, 0, &err), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'lots'"));
+        CU_ASSERT_EQUAL_FATAL(model_describe(&desc), 0);
+        engine_options_init(&o);
+        CU_ASSERT_EQUAL(engine_open(&e, desc, &o, NULL, 0, &err), -EINVAL);    /* no weights */
+        model_free(desc);
+        model_free(m);
+}
+
+static void test_engine_cpu_auto_falls_back_with_warning(void) {
+        model_t *m = NULL;
+        engine_options_t o;
+        engine_t *e = NULL;
+        char warning[512] = "";
+        errbuf_t err;
+        char why[256];
+        uint64_t total;
+
+        if (engine_cuda_probe(0, &total, why, sizeof(why)) > 0) {
+                CU_PASS("a CUDA device is present: the fallback is not reachable here");
+                return;
+        }
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 9), 0);
+        engine_options_init(&o);
+        o.precision = PRECISION_FP16;
+        o.max_batch = 1;
+        CU_ASSERT_EQUAL_FATAL(engine_open(&e, m, &o, warning, sizeof(warning), &err), 0);
+        CU_ASSERT_STRING_EQUAL(engine_backend(e), "cpu");
+        CU_ASSERT_EQUAL(engine_precision(e), PRECISION_FP32);
+        CU_ASSERT_PTR_NOT_NULL(strstr(warning, "using the CPU engine"));
+        engine_free(e);
+        o.backend = BACKEND_CUDA;
+        CU_ASSERT_EQUAL(engine_open(&e, m, &o, NULL, 0, &err), -ENODEV);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "CUDA"));
+        model_free(m);
+}
+
+int test_engine_cpu_register(void) {
+        static CU_TestInfo tests[] = {
+                { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
+                { "completion_fd", test_engine_cpu_completion_fd },
+                { "refuses_misuse", test_engine_cpu_refuses_misuse },
+                { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("engine_cpu", tests);
+}

@@ -1,0 +1,206 @@
+/* Unit tests of plan_: liveness placement, the weights counted once, the
+ * batch search against the budget, and the refusal that names its term.
+ * The numbers are derived by hand in the comments. */
+#include <errno.h>
+#include <string.h>
+
+#include "engine.h"
+#include "plan.h"
+#include "record.h"
+#include "unit.h"
+
+static void plan_request_cpu(plan_request_t *req, uint64_t budget) {
+        memset(req, 0, sizeof(*req));
+        req->backend = BACKEND_CPU;
+        req->precision = PRECISION_FP32;
+        req->device_memory_bytes = (uint64_t)64 << 30;
+        req->budget_bytes = budget;
+        req->host_budget_bytes = (uint64_t)64 << 30;
+        req->pipeline_depth = 2;
+        req->record_bytes = RECORD_MAX_BYTES;
+        req->max_batch = 4096;
+        req->top_k = 5;
+        req->terms = engine_cpu_plan_terms;
+}
+
+static void test_plan_liveness_never_overlaps_live_tensors(void) {
+        size_t off[MODEL_MAX_TENSORS], arena, sum = 0;
+        model_t *m = NULL;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        arena = plan_place_tensors(m, off);
+        for (int a = 0; a < m->n_tensors; a++) {
+                const model_tensor_t *ta = &m->tensors[a];
+
+                sum += ta->elems;
+                CU_ASSERT(off[a] % PLAN_TENSOR_ALIGN_ELEMS == 0);
+                CU_ASSERT(off[a] + ta->elems <= arena);
+                for (int b = a + 1; b < m->n_tensors; b++) {
+                        const model_tensor_t *tb = &m->tensors[b];
+                        int live_together = !(ta->last_use < tb->producer || tb->last_use < ta->producer);
+                        int bytes_overlap = off[a] < off[b] + tb->elems && off[b] < off[a] + ta->elems;
+
+                        CU_ASSERT(!(live_together && bytes_overlap));
+                }
+        }
+        /* At layer1.0.conv3 three tensors are live at once: its input
+         * (56*56*64 = 200,704), the downsample (56*56*256 = 802,816) and the
+         * output (802,816): 1,806,336 elements is a floor for any placement.
+         * Greedy placement should stay within 10% of it, and far below the
+         * sum of all tensors (no reuse at all). */
+        CU_ASSERT(arena >= 1806336);
+        CU_ASSERT(arena <= 1806336 * 11 / 10);
+        CU_ASSERT(arena < sum / 4);
+        model_free(m);
+}
+
+static void test_plan_counts_weights_once(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p1, p64;
+        uint64_t raw;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)64 << 30);
+        CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 1, &p1), 0);
+        CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 64, &p64), 0);
+        /* 25,502,912 weights + 27,560 biases, 4 bytes each, plus < 256 bytes
+         * of alignment for each of the 54 weight and 54 bias blocks. */
+        raw = (uint64_t)(25502912 + 27560) * 4;
+        CU_ASSERT(p1.weights_bytes >= raw);
+        CU_ASSERT(p1.weights_bytes < raw + 108 * 256);
+        CU_ASSERT_EQUAL(p1.weights_bytes, p64.weights_bytes);
+        CU_ASSERT_EQUAL(p64.activation_bytes, 64 * p64.activation_bytes_per_sample);
+        CU_ASSERT_EQUAL(p64.total_bytes, p64.weights_bytes + p64.activation_bytes + p64.workspace_bytes);
+        /* fp16 halves the weights but not the fp32 biases. */
+        CU_ASSERT(plan_weight_layout(m, PRECISION_FP16, NULL, NULL) < p1.weights_bytes / 2 + 27560 * 4 + 108 * 256);
+        model_free(m);
+}
+
+static void test_plan_cpu_pinned_bytes_by_hand(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)64 << 30);
+        CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 8, &p), 0);
+        /* Per slot: 8 * 602,112 input + 8 * 4,000 logits + 8 * 5 * 8 top-k
+         * = 4,816,896 + 32,000 + 320 = 4,849,216 (each a multiple of 64); 2 slots. */
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, 2 * 4849216);
+        model_free(m);
+}
+
+static void test_plan_batch_is_monotonic_in_budget(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        int last = 0;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        for (uint64_t mib = 200; mib <= 8192; mib += 397) {
+                plan_t p, next;
+
+                plan_request_cpu(&req, mib << 20);
+                CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
+                CU_ASSERT(p.max_batch >= last);
+                CU_ASSERT(p.total_bytes <= req.budget_bytes);
+                /* The largest that fits: one more sample would not. */
+                CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, p.max_batch + 1, &next), 0);
+                CU_ASSERT(next.total_bytes > req.budget_bytes);
+                last = p.max_batch;
+        }
+        CU_ASSERT(last > 500);
+        model_free(m);
+}
+
+static void test_plan_caps_at_max_batch(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)60 << 30);
+        req.max_batch = 256;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 256);
+        model_free(m);
+}
+
+static void test_plan_refuses_and_names_the_term(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        /* 50 MiB cannot hold the 97 MiB of fp32 weights. */
+        plan_request_cpu(&req, (uint64_t)50 << 20);
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the weights"));
+        /* 100 MiB holds the 97.4 MiB of weights but not one sample's im2col
+         * workspace (112 * 112 * 147 floats for conv1 = 7.0 MiB). */
+        plan_request_cpu(&req, (uint64_t)100 << 20);
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the workspace"));
+        /* A host budget below two slots of one record. */
+        plan_request_cpu(&req, (uint64_t)64 << 30);
+        req.host_budget_bytes = 1 << 20;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "host budget"));
+        req.host_budget_bytes = (uint64_t)1 << 30;
+        req.backend = BACKEND_CUDA;
+        req.precision = PRECISION_FP16;
+        req.terms = engine_cuda_plan_terms;
+        req.budget_bytes = 100 << 20;         /* below the CUDA context, which counts first */
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the CUDA context"));
+        model_free(m);
+}
+
+static void test_plan_rejects_bad_requests(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.pipeline_depth = 1;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, NULL), -EINVAL);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.precision = PRECISION_FP16;        /* the CPU engine is fp32 only */
+        CU_ASSERT(plan_make(m, &req, &p, NULL) < 0);
+        model_free(m);
+}
+
+static void test_plan_incident_card(void) {
+        engine_options_t o;
+        model_t *m = NULL;
+        plan_t p;
+
+        /* The 11 GiB card of the incident, 70% budget, planned without a GPU. */
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        engine_options_init(&o);
+        o.device_memory_bytes = (uint64_t)11 << 30;
+        o.device_budget = "70%";
+        CU_ASSERT_EQUAL_FATAL(engine_plan(m, &o, &p, NULL, 0, NULL), 0);
+        CU_ASSERT_EQUAL(p.backend, BACKEND_CUDA);
+        CU_ASSERT_EQUAL(p.budget_bytes, (uint64_t)((double)((uint64_t)11 << 30) * 0.70));
+        CU_ASSERT(p.total_bytes <= p.budget_bytes);
+        CU_ASSERT(p.max_batch >= 1 && p.max_batch <= 256);
+        model_free(m);
+}
+
+int test_plan_register(void) {
+        static CU_TestInfo tests[] = {
+                { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
+                { "counts_weights_once", test_plan_counts_weights_once },
+                { "cpu_pinned_bytes_by_hand", test_plan_cpu_pinned_bytes_by_hand },
+                { "batch_is_monotonic_in_budget", test_plan_batch_is_monotonic_in_budget },
+                { "caps_at_max_batch", test_plan_caps_at_max_batch },
+                { "refuses_and_names_the_term", test_plan_refuses_and_names_the_term },
+                { "rejects_bad_requests", test_plan_rejects_bad_requests },
+                { "incident_card", test_plan_incident_card },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("plan", tests);
+}

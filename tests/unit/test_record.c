@@ -1,0 +1,74 @@
+/* Unit tests of record_: recognising the two raw formats by header or by
+ * size, and the DLQ code of every refusal. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "record.h"
+#include "unit.h"
+
+static int record_try(const void *data, size_t len, const char *ct, record_format_t *f, const char **code) {
+        errbuf_t err;
+
+        *code = NULL;
+        return record_classify(data, len, ct, ct ? strlen(ct) : 0, f, code, &err);
+}
+
+static void test_record_sniffs_by_size(void) {
+        unsigned char *buf = calloc(1, RECORD_MAX_BYTES + 16);
+        record_format_t f;
+        const char *code;
+
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_RGB8_BYTES, NULL, &f, &code), 0);
+        CU_ASSERT_EQUAL(f, RECORD_RGB8);
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_F32_CHW_BYTES, NULL, &f, &code), 0);
+        CU_ASSERT_EQUAL(f, RECORD_F32_CHW);
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_RGB8_BYTES - 1, NULL, &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
+        CU_ASSERT_EQUAL(record_try(buf, 0, NULL, &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_MAX_BYTES + 1, NULL, &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_TOO_LARGE);
+        free(buf);
+}
+
+static void test_record_uses_content_type(void) {
+        unsigned char *buf = calloc(1, RECORD_MAX_BYTES);
+        record_format_t f;
+        const char *code;
+
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_RGB8_BYTES, "image/x-rgb8", &f, &code), 0);
+        CU_ASSERT_EQUAL(f, RECORD_RGB8);
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_F32_CHW_BYTES, " Application/X-Float32-CHW; v=1", &f, &code), 0);
+        CU_ASSERT_EQUAL(f, RECORD_F32_CHW);
+        /* The header wins over the size: an rgb8 label on a float-sized record is refused. */
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_F32_CHW_BYTES, "image/x-rgb8", &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
+        CU_ASSERT_EQUAL(record_try(buf, RECORD_RGB8_BYTES, "text/plain", &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_CONTENT_TYPE);
+        free(buf);
+}
+
+static void test_record_refuses_encoded_images(void) {
+        unsigned char jpeg[64] = { 0xff, 0xd8, 0xff, 0xe0 }, png[64] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        record_format_t f;
+        const char *code;
+
+        CU_ASSERT_EQUAL(record_try(jpeg, sizeof(jpeg), NULL, &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_DECODE_FAILED);
+        CU_ASSERT_EQUAL(record_try(png, sizeof(png), NULL, &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_DECODE_FAILED);
+        CU_ASSERT_EQUAL(record_try(png, sizeof(png), "image/png", &f, &code), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_DECODE_FAILED);
+        CU_ASSERT_STRING_EQUAL(record_format_mime(RECORD_F32_CHW), "application/x-float32-chw");
+}
+
+int test_record_register(void) {
+        static CU_TestInfo tests[] = {
+                { "sniffs_by_size", test_record_sniffs_by_size },
+                { "uses_content_type", test_record_uses_content_type },
+                { "refuses_encoded_images", test_record_refuses_encoded_images },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("record", tests);
+}
