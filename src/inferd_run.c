@@ -102,7 +102,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
         memset(a, 0, sizeof(*a));
         engine_options_init(&a->engine);
         opterr = 0;
-        while ((c = getopt_long(argc, argv, "+h", options, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "+:h", options, NULL)) >= 0) {
                 switch (c) {
                 case 'w':
                         a->weights = optarg;
@@ -281,20 +281,35 @@ static int run_pack(engine_t *e, int slot, int pos, const char *path) {
         return 0;
 }
 
+/* Fails before the model loads: every input must exist and be a record of
+ * a runnable format and size. Only the first bytes are read here (the
+ * signatures record_classify looks for); run_pack reads the whole file. */
 static int run_check_inputs(const run_args_t *a) {
         int bad = 0;
 
-        /* Fail before the model loads: every input must exist and have a runnable size. */
         for (int i = 0; i < a->n_inputs; i++) {
+                unsigned char head[16] = { 0 };
+                const char *code = NULL;
+                record_format_t f;
                 struct stat st;
+                errbuf_t err;
+                int fd;
 
-                if (stat(a->inputs[i], &st) < 0) {
+                fd = open(a->inputs[i], O_RDONLY | O_CLOEXEC);
+                if (fd < 0 || fstat(fd, &st) < 0) {
                         fprintf(stderr, "inferd-run: %s: %s\n", a->inputs[i], strerror(errno));
                         bad = 1;
                 } else if (!S_ISREG(st.st_mode)) {
                         fprintf(stderr, "inferd-run: %s: not a regular file\n", a->inputs[i]);
                         bad = 1;
+                } else if (read(fd, head, sizeof(head)) < 0 ||
+                           record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", a->inputs[i], code ? err.msg : strerror(errno),
+                                code ? code : "read-failed");
+                        bad = 1;
                 }
+                if (fd >= 0)
+                        close(fd);
         }
         return bad ? -EINVAL : 0;
 }

@@ -40,7 +40,9 @@ record_format_t record_format_from_mime(const char *content_type, size_t len);
 /* Decides the format of a record and checks that it can be run.
  * content_type may be NULL (sniff from the bytes). Returns the runnable format
  * (RECORD_RGB8 or RECORD_F32_CHW), or -EINVAL with *code set to one of the
- * RECORD_ERR_* codes and a sentence in err. */
+ * RECORD_ERR_* codes and a sentence in err. Only the first 8 bytes of data
+ * are ever read (the signatures), so a caller may pass just a file's head
+ * with its full length. */
 int record_classify(const void *data, size_t len, const char *content_type, size_t content_type_len,
                     record_format_t *ret, const char **code, errbuf_t *err);
 
