@@ -12,7 +12,7 @@
 
 BUILD     ?= build
 CC        ?= cc
-CFLAGS    ?= -O2 -g
+CFLAGS    ?= -O3 -g
 WERROR    ?= -Werror
 CUDA_ARCH ?= 90 80
 FUZZ_SECONDS ?= 60
@@ -140,9 +140,17 @@ fuzz: deps
 deps:
 	@tools/install-deps
 
+# The unit's /usr/local/bin becomes $(PREFIX)/bin; configs already under
+# $(SYSCONFDIR)/inferd are never overwritten.
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd
 	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g' systemd/inferd@.service \
+		>$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
+	@for f in etc/inferd/*.ini; do t=$(DESTDIR)$(SYSCONFDIR)/inferd/$${f##*/}; \
+		if [ -e "$$t" ]; then echo "kept $$t"; else install -m 0644 "$$f" "$$t" && echo "installed $$t"; fi; done
 
 clean:
 	rm -rf $(BUILD)

@@ -64,32 +64,40 @@ void cpu_im2col(const cpu_conv_shape_t *s, const float *in, float *col) {
                 }
 }
 
-/* out (rows, cout) = relu?(out + bias), the epilogue of every convolution. */
-static void cpu_bias_relu(size_t rows, int cout, const float *bias, int relu, float *out) {
+/* The GEMM's C matrix before it accumulates: out (rows, cout) = bias
+ * broadcast, plus the residual when there is one. Adding them here, in the
+ * one pass that must write C anyway, leaves only the ReLU for afterwards. */
+static void cpu_gemm_init(size_t rows, int cout, const float *bias, const float *residual, float *out) {
         for (size_t r = 0; r < rows; r++) {
                 float *o = out + r * (size_t)cout;
 
-                for (int c = 0; c < cout; c++) {
-                        float v = o[c] + bias[c];
+                if (residual) {
+                        const float *res = residual + r * (size_t)cout;
 
-                        o[c] = relu && v < 0.0f ? 0.0f : v;
+                        for (int c = 0; c < cout; c++)
+                                o[c] = res[c] + bias[c];
+                } else {
+                        memcpy(o, bias, (size_t)cout * sizeof(float));
                 }
         }
+}
+
+static void cpu_relu(size_t n, float *x) {
+        for (size_t i = 0; i < n; i++)
+                x[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 void cpu_conv2d(const cpu_conv_shape_t *s, const float *in, const float *w, const float *bias,
                 const float *residual, int relu, float *out, float *workspace, size_t workspace_elems) {
         size_t rows_per_sample = (size_t)s->ho * s->wo, k = (size_t)s->kh * s->kw * s->cin;
         size_t in_per_sample = (size_t)s->h * s->w * s->cin, out_per_sample = rows_per_sample * s->cout;
-        float beta = residual ? 1.0f : 0.0f;
 
         assert(out != in && (!residual || out != residual));
-        /* The residual enters as the GEMM's C matrix: out = in * W^T + residual. */
-        if (residual)
-                memcpy(out, residual, (size_t)s->n * out_per_sample * sizeof(float));
+        /* out = bias + residual, then the GEMM accumulates into it (beta = 1). */
+        cpu_gemm_init((size_t)s->n * rows_per_sample, s->cout, bias, residual, out);
         if (cpu_conv_is_pointwise(s)) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)((size_t)s->n * rows_per_sample), s->cout,
-                            s->cin, 1.0f, in, s->cin, w, s->cin, beta, out, s->cout);
+                            s->cin, 1.0f, in, s->cin, w, s->cin, 1.0f, out, s->cout);
         } else {
                 int chunk = cpu_conv2d_chunk_samples(s, workspace_elems);
 
@@ -101,11 +109,12 @@ void cpu_conv2d(const cpu_conv_shape_t *s, const float *in, const float *w, cons
                                 cpu_im2col(s, in + (size_t)(n0 + i) * in_per_sample,
                                            workspace + (size_t)i * rows_per_sample * k);
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(g * rows_per_sample), s->cout,
-                                    (int)k, 1.0f, workspace, (int)k, w, (int)k, beta,
+                                    (int)k, 1.0f, workspace, (int)k, w, (int)k, 1.0f,
                                     out + (size_t)n0 * out_per_sample, s->cout);
                 }
         }
-        cpu_bias_relu((size_t)s->n * rows_per_sample, s->cout, bias, relu, out);
+        if (relu)
+                cpu_relu((size_t)s->n * out_per_sample, out);
 }
 
 void cpu_maxpool(const cpu_conv_shape_t *s, const float *in, float *out) {
@@ -155,8 +164,8 @@ void cpu_global_avgpool(int n, int h, int w, int c, const float *in, float *out)
 }
 
 void cpu_fc(int n, int k, int m, const float *in, const float *w, const float *bias, float *out) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, in, k, w, k, 0.0f, out, m);
-        cpu_bias_relu((size_t)n, m, bias, 0, out);
+        cpu_gemm_init((size_t)n, m, bias, NULL, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, in, k, w, k, 1.0f, out, m);
 }
 
 void cpu_softmax(int n, int m, const float *in, float *out) {
