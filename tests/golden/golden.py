@@ -1,0 +1,301 @@
+"""golden: inferd-run's CPU fp32 logits and predictions against torchvision in float64.
+
+Driven by tests/golden/run, which owns the temporary directory and its cleanup.
+For each weights dtype (F32, BF16, F16) it exports a seeded random ResNet-50
+with randomised BatchNorms (tools/export-resnet50.py), reads the file back with
+our own reader (st_read.py) so that the reference uses exactly those weights,
+and runs torchvision's resnet50 in float64 on the same inputs. inferd-run is run
+over all inputs in one call, with batches that divide the input count and
+batches that do not, and its outputs are checked:
+
+  logits    ||out - ref|| / ||ref|| <= 1e-4 per image, and the same top-1
+            wherever the reference's top-1 margin is clear
+            (top1 - top2 > 1e-3 * |top1|); the logits file is poisoned with
+            NaN beforehand, so an unwritten element fails;
+  JSON      one valid line per input, in argument order (its "input"), the
+            top-k classes equal to the reference's as far as its margins are
+            clear, each score equal to the reference's softmax within 1e-4,
+            scores sum <= 1, model = "sha256:" + 12 hex of the file's sha256,
+            backend/precision as asked, labels present exactly when a labels
+            file is given.
+
+It prints one PASS/FAIL line per check with the measured figures. It does not
+test fp16/bf16 *compute* precision (that is the GPU suite's) or timing.
+
+GOLDEN_BREAK=logits (or =ref) perturbs every image's logits (or reference)
+by 2e-4 of its norm in one element, to show that the checks can fail.
+"""
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+import st_read
+
+SEED_MODEL = 20261129
+SEED_INPUTS = 7
+TOL_REL_L2 = 1e-4
+TOL_SCORE = 1e-4
+MARGIN_REL = 1e-3
+DISTINCT_REL = 1e-2     # inputs' reference logits must differ by 100x the tolerance
+
+MEAN = np.array([0.485, 0.456, 0.406])
+STD = np.array([0.229, 0.224, 0.225])
+H = W = 224
+CLASSES = 1000
+
+failures = 0
+
+
+def report(ok, tid, msg):
+    global failures
+    if ok:
+        print(f"PASS {tid}: {msg}", flush=True)
+    else:
+        failures += 1
+        print(f"FAIL {tid}: {msg}", flush=True)
+
+
+def smooth_noise(rng, cells, lo, hi):
+    """(H, W, 3) float64 in [lo, hi): random cells x cells colours, bilinear-upsampled."""
+    g = torch.from_numpy(rng.uniform(lo, hi, size=(1, 3, cells, cells)))
+    up = torch.nn.functional.interpolate(g, size=(H, W), mode="bilinear", align_corners=True)
+    return up[0].permute(1, 2, 0).numpy()
+
+
+def make_inputs(tmp):
+    """[(name, path, (3, H, W) float64 normalised tensor)], formats interleaved."""
+    rng = np.random.default_rng(SEED_INPUTS)
+    yy, xx = np.mgrid[0:H, 0:W]
+    rgb = {
+        "rgb8-0": rng.integers(0, 256, size=(H, W, 3)),                          # white noise
+        "rgb8-1": np.floor(smooth_noise(rng, 7, 0, 256)),                        # blobs
+        "rgb8-2": np.stack([xx * 255 // (W - 1), yy * 255 // (H - 1),            # gradient
+                            255 - (xx + yy) * 255 // (W + H - 2)], axis=-1),
+        "rgb8-3": np.kron(rng.integers(0, 256, size=(28, 28, 3)),                # 8 px checks
+                          np.ones((8, 8, 1), dtype=np.int64)),
+        "rgb8-4": rng.integers(0, 2, size=(H, W, 3)) * 255,                      # extremes only
+    }
+    f32 = {
+        "f32-0": rng.standard_normal((3, H, W)),
+        "f32-1": smooth_noise(rng, 14, -2.0, 2.5).transpose(2, 0, 1),
+        "f32-2": rng.uniform(-2.1, 2.6, size=(3, H, W)),
+        "f32-3": 0.5 * rng.standard_normal((3, H, W))
+                 + smooth_noise(rng, 4, -1.5, 1.5).transpose(2, 0, 1),
+    }
+    out = []
+    for name, img in rgb.items():
+        u8 = img.astype(np.uint8)                                   # (H, W, 3) HWC RGB
+        assert u8.nbytes == 150528
+        path = os.path.join(tmp, name + ".rgb")
+        u8.tofile(path)
+        x = (u8.astype(np.float64) / 255.0 - MEAN) / STD            # (H, W, 3)
+        out.append((name, path, torch.from_numpy(x.transpose(2, 0, 1).copy())))
+    for name, arr in f32.items():
+        a = arr.astype("<f4")                                       # (3, H, W) CHW
+        assert a.nbytes == 602112
+        path = os.path.join(tmp, name + ".f32")
+        a.tofile(path)
+        out.append((name, path, torch.from_numpy(a.astype(np.float64))))
+    rgbs = [i for i in out if i[0].startswith("rgb8")]
+    fs = [i for i in out if i[0].startswith("f32")]
+    mixed = []
+    for k in range(max(len(rgbs), len(fs))):
+        mixed += rgbs[k:k + 1] + fs[k:k + 1]
+    return mixed
+
+
+def reference(weights, inputs):
+    """(N, 1000) float64 logits of torchvision's resnet50 with these weights."""
+    model = st_read.resnet50(weights)
+    x = torch.stack([t for _, _, t in inputs])                      # (N, 3, H, W) f64
+    with torch.no_grad():
+        return model(x).numpy()
+
+
+def clear_prefix(ref_row, k):
+    """How many leading top-k classes of ref_row have clear margins to the next."""
+    order = np.argsort(-ref_row, kind="stable")
+    top = abs(ref_row[order[0]])
+    n = 0
+    while n < k and ref_row[order[n]] - ref_row[order[n + 1]] > MARGIN_REL * top:
+        n += 1
+    return order, n
+
+
+def softmax(v):
+    e = np.exp(v - v.max())
+    return e / e.sum()
+
+
+def check_logits(tid, out_row, ref_row):
+    err = np.linalg.norm(out_row - ref_row) / np.linalg.norm(ref_row)
+    order, clear = clear_prefix(ref_row, 1)
+    margin = (ref_row[order[0]] - ref_row[order[1]]) / abs(ref_row[order[0]])
+    got1 = int(np.argmax(out_row)) if np.all(np.isfinite(out_row)) else -1
+    msg = (f"rel L2 error {err:.2e} (tol {TOL_REL_L2:.0e}), top-1 {got1} "
+           f"ref {order[0]} (margin {margin:.2e}{'' if clear else ', unclear'})")
+    ok = bool(err <= TOL_REL_L2) and (not clear or got1 == order[0])
+    report(ok, tid, msg)
+
+
+def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
+    try:
+        p = json.loads(line)
+    except ValueError as e:
+        return report(False, tid, f"not JSON ({e}): {line[:120]!r}")
+    if not isinstance(p, dict):
+        return report(False, tid, f"not a JSON object: {line[:120]!r}")
+    why = []
+    if p.get("input") != path:
+        why.append(f"input {p.get('input')!r}, expected {path!r} (order?)")
+    if p.get("model") != model_id:
+        why.append(f"model {p.get('model')!r}, expected {model_id!r}")
+    if p.get("backend") != "cpu":
+        why.append(f"backend {p.get('backend')!r}, expected 'cpu'")
+    if p.get("precision") != precision:
+        why.append(f"precision {p.get('precision')!r}, expected {precision!r}")
+    lat = p.get("latency_ms")
+    if not isinstance(lat, (int, float)) or isinstance(lat, bool) or not lat >= 0:
+        why.append(f"latency_ms {lat!r} is not a number >= 0")
+    top = p.get("top")
+    worst = 0.0
+    total = 0.0
+    if not isinstance(top, list) or len(top) != k:
+        why.append(f"top is not a list of {k}: {top!r}"[:200])
+    else:
+        prob = softmax(ref_row)
+        order, clear = clear_prefix(ref_row, k)
+        classes = []
+        prev = math.inf
+        for j, e in enumerate(top):
+            c, s = (e.get("class"), e.get("score")) if isinstance(e, dict) else (None, None)
+            if not isinstance(c, int) or not 0 <= c < CLASSES or not isinstance(s, (int, float)):
+                why.append(f"top[{j}] is not {{class, score}}: {e!r}")
+                break
+            classes.append(c)
+            total += s
+            d = abs(s - prob[c])
+            worst = max(worst, d)
+            if not d <= TOL_SCORE:
+                why.append(f"top[{j}] class {c} score {s} vs softmax of reference {prob[c]:.6f}")
+            if s > prev:
+                why.append(f"top[{j}] score {s} above the previous {prev}")
+            prev = s
+            if labels is not None and e.get("label") != labels[c]:
+                why.append(f"top[{j}] label {e.get('label')!r}, expected {labels[c]!r}")
+            if labels is None and "label" in e:
+                why.append(f"top[{j}] has a label without a labels file")
+        if classes[:clear] != [int(c) for c in order[:clear]]:
+            why.append(f"top classes {classes} vs reference {order[:k].tolist()} "
+                       f"(first {clear} clear)")
+        if not total <= 1 + 1e-6:
+            why.append(f"scores sum to {total} > 1")
+    msg = f"top-{k} scores within {worst:.1e} of softmax(ref), sum {total:.4f}"
+    report(not why, tid, "; ".join(why) if why else msg)
+
+
+def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id):
+    """Runs inferd-run over all inputs once and checks every output."""
+    n = len(inputs)
+    logits_path = os.path.join(tmp, "logits.f32")
+    np.full(n * CLASSES, np.nan, dtype="<f4").tofile(logits_path)  # poison
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32",
+           "--logits", logits_path] + args + [path for _, path, _ in inputs]
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=300, text=True)
+        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired:
+        rc, stdout, stderr = "timeout", "", "timed out after 300 s"
+    lines = stdout.splitlines()
+    shown = [os.path.basename(a) for a in args]
+    size = os.path.getsize(logits_path)
+    ok = rc == 0 and len(lines) == n and size == n * CLASSES * 4
+    report(ok, f"{tid}/run",
+           f"`inferd-run --backend cpu --precision fp32 {' '.join(shown)} <{n} inputs>`: exit {rc}, "
+           f"{len(lines)} lines (want {n}), {size} logits bytes (want {n * CLASSES * 4})"
+           + ("" if ok else f"; stderr: {stderr.strip()[-300:]!r}"))
+    out = np.zeros((n, CLASSES))
+    if size == n * CLASSES * 4:
+        out = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, CLASSES)
+    else:
+        out[:] = np.nan
+    brk = os.environ.get("GOLDEN_BREAK", "")
+    for i, (name, path, _) in enumerate(inputs):
+        ref_row = ref[i].copy()
+        out_row = out[i]
+        if brk in ("logits", "ref"):
+            bump = 2e-4 * np.linalg.norm(ref_row)
+            if brk == "logits":
+                out_row = out_row.copy()
+                out_row[i] += bump
+            else:
+                ref_row[i] += bump
+        check_logits(f"{tid}/{name}", out_row, ref_row)
+        if i < len(lines):
+            check_json(f"{tid}/json-{name}", lines[i], path, ref_row, k, labels,
+                       model_id, "fp32")
+        else:
+            report(False, f"{tid}/json-{name}", "no prediction line")
+    os.unlink(logits_path)
+
+
+def main():
+    inferd, exporter, tmp = sys.argv[1:4]
+    inputs = make_inputs(tmp)
+    labels_path = os.path.join(tmp, "labels.txt")
+    labels = None
+    runs = {
+        # tid suffix: (inferd-run arguments, k, with labels)
+        "F32": [("b16", ["--batch", "16", "--top", "5", "--labels", labels_path], 5, True),
+                ("b4", ["--batch", "4", "--top", "3"], 3, False),
+                ("b3", ["--batch", "3", "--top", "1"], 1, False)],
+        "BF16": [("default", [], 5, False)],
+        "F16": [("b2", ["--batch", "2"], 5, False)],
+    }
+    for dtype, dtype_runs in runs.items():
+        tid = f"golden/{dtype.lower()}"
+        weights = os.path.join(tmp, f"resnet50-{dtype.lower()}.safetensors")
+        cmd = [sys.executable, exporter, "--random", "--seed", str(SEED_MODEL),
+               "--dtype", dtype, "--out", weights]
+        if labels is None:
+            cmd += ["--labels", labels_path]
+        r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            report(False, f"{tid}/export", f"export-resnet50.py failed: {r.stderr.strip()[-300:]}")
+            continue
+        if labels is None:
+            with open(labels_path, encoding="utf-8") as f:
+                labels = f.read().splitlines()
+        with open(weights, "rb") as f:
+            model_id = "sha256:" + hashlib.sha256(f.read()).hexdigest()[:12]
+
+        ref = reference(weights, inputs)
+        nref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+        dist = min(np.linalg.norm(nref[a] - nref[b])
+                   for a in range(len(inputs)) for b in range(a + 1, len(inputs)))
+        margins = [(r_[o[0]] - r_[o[1]]) / abs(r_[o[0]])
+                   for r_, o in ((row, np.argsort(-row)) for row in ref)]
+        report(np.all(np.isfinite(ref)) and dist > DISTINCT_REL
+               and sum(m > MARGIN_REL for m in margins) >= len(inputs) // 2,
+               f"{tid}/reference",
+               f"{len(inputs)} inputs, max |logit| {np.abs(ref).max():.3f}, "
+               f"min pairwise relative distance {dist:.2e} (want > {DISTINCT_REL:.0e}), "
+               f"{sum(m > MARGIN_REL for m in margins)} clear top-1 margins "
+               f"(smallest {min(margins):.1e})")
+        for name, args, k, with_labels in dtype_runs:
+            run_inferd(f"{tid}/{name}", inferd, weights, inputs, ref, tmp, args, k,
+                       labels if with_labels else None, model_id)
+        os.unlink(weights)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
