@@ -124,7 +124,7 @@ $(BUILD)/tests/unit/%.o: ALL_CFLAGS += -I$(BUILD)/tests -Itests/unit
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CUNIT_LIBS) $(DAEMON_LIBS) $(CUDA_LIBS) $(LDLIBS_CORE)
 
-$(BUILD)/tests/gpu-tests: $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libinferd-core.a
+$(BUILD)/tests/gpu-tests: $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS) $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)
 
 test: deps all

@@ -226,7 +226,9 @@ int engine_wait(engine_t *e, int slot, errbuf_t *err) {
                 struct pollfd p = { .fd = engine_completion_fd(e), .events = POLLIN };
                 int done, r;
 
-                if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                /* A bounded wait: a device that faults may never signal the fd,
+                 * and the CUDA engine's reap notices such a fault by itself. */
+                if (poll(&p, 1, 100) < 0 && errno != EINTR)
                         return errbuf_set(err, -errno, "waiting for the engine: %s", strerror(errno));
                 r = engine_reap(e, &done, err);
                 if (r < 0)
