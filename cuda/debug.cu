@@ -1,0 +1,205 @@
+/* debug: single steps of the CUDA engine for the GPU tests
+ * (engine_cuda_debug.h): one layer, the preprocessing or the head, run
+ * outside the graphs on the engine's compute stream and waited for, with
+ * the output poisoned first; and the device memory as the driver sees it.
+ *
+ * It uses the engine's own arena (slot 0's staging and the activation
+ * tensors at their planned places), so it checks the very pointers the
+ * graphs use; it allocates host memory only, for the fp32 <-> precision
+ * conversion. Not for the daemon's path, not thread-safe against
+ * submit/reap.
+ *
+ * The host-side fp32 <-> precision conversion lives here too: the weight
+ * upload in engine_cuda.cu needs it, so linking the engine from
+ * libinferd-core.a always pulls this object in, and the GPU tests, which
+ * reach the functions below through weak references, find them. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda_check.h"
+#include "engine_cuda_impl.h"
+#include "engine_cuda_debug.h"
+
+void cuda_host_from_f32(precision_t p, const float *in, size_t n, void *out) {
+        switch (p) {
+        case PRECISION_FP32:
+                memcpy(out, in, n * sizeof(float));
+                break;
+        case PRECISION_FP16:
+                for (size_t i = 0; i < n; i++)
+                        ((__half *)out)[i] = __float2half_rn(in[i]);
+                break;
+        case PRECISION_BF16:
+                for (size_t i = 0; i < n; i++)
+                        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(in[i]);
+                break;
+        default:
+                assert(!"bad precision");
+        }
+}
+
+void cuda_host_to_f32(precision_t p, const void *in, size_t n, float *out) {
+        switch (p) {
+        case PRECISION_FP32:
+                memcpy(out, in, n * sizeof(float));
+                break;
+        case PRECISION_FP16:
+                for (size_t i = 0; i < n; i++)
+                        out[i] = __half2float(((const __half *)in)[i]);
+                break;
+        case PRECISION_BF16:
+                for (size_t i = 0; i < n; i++)
+                        out[i] = __bfloat162float(((const __nv_bfloat16 *)in)[i]);
+                break;
+        default:
+                assert(!"bad precision");
+        }
+}
+
+static cuda_engine_t *debug_engine(engine_t *e) {
+        if (!e || e->ops != &engine_cuda_ops || !e->impl)
+                return NULL;
+        return (cuda_engine_t *)e->impl;
+}
+
+extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host_in, const record_format_t *formats,
+                                    const float *host_residual, void *host_out, errbuf_t *err) {
+        cuda_engine_t *ce = debug_engine(e);
+        const model_op_t *mop = NULL;
+        cudaStream_t s;
+        uint8_t *dev;
+        void *buf = NULL;               /* host scratch in the precision */
+        int32_t *fmt = NULL;
+        void *dout;
+        size_t in_elems, out_elems, res_elems, out_bytes;
+        int r = 0;
+
+        if (!ce)
+                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an open CUDA engine");
+        if (n < 1 || n > ce->max_batch)
+                return errbuf_set(err, -EINVAL, "a step of %d samples does not fit the plan's 1..%d", n, ce->max_batch);
+        if (!host_in || !host_out)
+                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an input and an output");
+        if (op < ENGINE_CUDA_OP_HEAD || op >= ce->model->n_ops)
+                return errbuf_set(err, -EINVAL, "op %d does not exist (the model has %d)", op, ce->model->n_ops);
+        if (ce->n_in_flight > 0)
+                return errbuf_set(err, -EBUSY, "a batch is in flight: single steps would overwrite its activations");
+        if (ce->failed)
+                return errbuf_set(err, -EIO, "the CUDA engine failed earlier");
+
+        s = ce->compute;
+        dev = cuda_engine_slot_dev(ce, 0);
+        CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
+
+        if (op == ENGINE_CUDA_OP_PREPROCESS) {
+                if (!formats)
+                        return errbuf_set(err, -EINVAL, "preprocessing needs the records' formats");
+                fmt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+                out_elems = (size_t)n * ce->model->tensors[ce->model->input].elems;
+                buf = malloc(out_elems * ce->pb);
+                if (!fmt || !buf) {
+                        r = errbuf_set(err, -ENOMEM, "out of host memory");
+                        goto fail;
+                }
+                for (int i = 0; i < n; i++)
+                        fmt[i] = (int32_t)formats[i];
+                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.input_off, host_in, (size_t)n * RECORD_MAX_BYTES,
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the records");
+                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.formats_off, fmt, (size_t)n * sizeof(int32_t),
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the formats");
+                dout = cuda_engine_tensor(ce, ce->model->input);
+                CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_elems * ce->pb, s), "poisoning the output");
+                r = cuda_forward_preprocess(ce, s, 0, n, err);
+                if (r < 0)
+                        goto fail;
+                CUDA_GOTO(cudaMemcpyAsync(buf, dout, out_elems * ce->pb, cudaMemcpyDeviceToHost, s),
+                          "copying the output back");
+                CUDA_GOTO(cudaStreamSynchronize(s), "running the preprocessing");
+                cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
+                goto fail;
+        }
+
+        if (op == ENGINE_CUDA_OP_HEAD) {
+                dout = dev + ce->L.slot.topk_off;
+                out_bytes = (size_t)n * ce->top_k * sizeof(engine_topk_t);
+                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.logits_off, host_in, (size_t)n * MODEL_CLASSES * sizeof(float),
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the logits");
+                CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_bytes, s), "poisoning the output");
+                r = cuda_forward_head(ce, s, 0, n, err);
+                if (r < 0)
+                        goto fail;
+                CUDA_GOTO(cudaMemcpyAsync(host_out, dout, out_bytes, cudaMemcpyDeviceToHost, s),
+                          "copying the output back");
+                CUDA_GOTO(cudaStreamSynchronize(s), "running softmax/top-k");
+                goto fail;
+        }
+
+        mop = &ce->model->ops[op];
+        if ((mop->residual >= 0) != (host_residual != NULL))
+                return errbuf_set(err, -EINVAL, "%s %s a residual: pass host_residual %s", mop->name,
+                                  mop->residual >= 0 ? "adds" : "adds no", mop->residual >= 0 ? "" : "as NULL");
+        in_elems = (size_t)n * ce->model->tensors[mop->in].elems;
+        res_elems = mop->residual >= 0 ? (size_t)n * ce->model->tensors[mop->residual].elems : 0;
+        if (mop->kind == MODEL_OP_FC) {
+                out_elems = (size_t)n * MODEL_CLASSES;
+                dout = dev + ce->L.slot.logits_off;     /* the FC writes fp32 logits into the slot */
+                out_bytes = out_elems * sizeof(float);
+        } else {
+                out_elems = (size_t)n * ce->model->tensors[mop->out].elems;
+                dout = cuda_engine_tensor(ce, mop->out);
+                out_bytes = out_elems * ce->pb;
+        }
+        buf = malloc(sizeof(float) * (in_elems > out_elems ? (in_elems > res_elems ? in_elems : res_elems)
+                                                           : (out_elems > res_elems ? out_elems : res_elems)));
+        if (!buf) {
+                r = errbuf_set(err, -ENOMEM, "out of host memory");
+                goto fail;
+        }
+
+        /* buf is pageable and reused: wait after each copy from it. */
+        cuda_host_from_f32(ce->precision, (const float *)host_in, in_elems, buf);
+        CUDA_GOTO(cudaMemcpyAsync(cuda_engine_tensor(ce, mop->in), buf, in_elems * ce->pb, cudaMemcpyHostToDevice, s),
+                  "copying the input");
+        CUDA_GOTO(cudaStreamSynchronize(s), "copying the input");
+        if (res_elems) {
+                cuda_host_from_f32(ce->precision, host_residual, res_elems, buf);
+                CUDA_GOTO(cudaMemcpyAsync(cuda_engine_tensor(ce, mop->residual), buf, res_elems * ce->pb,
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the residual");
+                CUDA_GOTO(cudaStreamSynchronize(s), "copying the residual");
+        }
+        CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_bytes, s), "poisoning the output");
+        r = cuda_forward_op(ce, s, op, 0, n, err);
+        if (r < 0)
+                goto fail;
+        CUDA_GOTO(cudaMemcpyAsync(buf, dout, out_bytes, cudaMemcpyDeviceToHost, s), "copying the output back");
+        CUDA_GOTO(cudaStreamSynchronize(s), mop->name);
+        if (mop->kind == MODEL_OP_FC)
+                memcpy(host_out, buf, out_bytes);
+        else
+                cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
+
+fail:
+        free(buf);
+        free(fmt);
+        return r;
+}
+
+extern "C" int engine_cuda_mem_info(engine_t *e, uint64_t *used_bytes, uint64_t *total_bytes, errbuf_t *err) {
+        size_t free_b = 0, total_b = 0;
+
+        if (!debug_engine(e) || !used_bytes || !total_bytes)
+                return errbuf_set(err, -EINVAL, "engine_cuda_mem_info needs an open CUDA engine");
+        CUDA_RETURN(cudaSetDevice(e->device), "selecting the CUDA device");
+        CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "asking the device for its memory");
+        *used_bytes = (uint64_t)(total_b - free_b);
+        *total_bytes = (uint64_t)total_b;
+        return 0;
+}

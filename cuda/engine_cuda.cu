@@ -1,0 +1,607 @@
+/* engine_cuda: the CUDA implementation of engine_ops_t.
+ *
+ * open: initialise the device, measure the context and re-plan with it, take
+ * the plan's arena in one cudaMalloc and its pinned staging in one
+ * cudaHostAlloc, upload the folded weights once in the precision, capture
+ * one CUDA graph per (slot, batch bucket), run each once, and drop the
+ * model's host weights so one weight set stays resident. submit/reap move a
+ * slot through copy-in, graph, copy-out and a host callback that writes the
+ * completion eventfd (the stream scheme is described in engine_cuda_impl.h).
+ * Nothing is allocated on the device after open.
+ *
+ * It does not choose the backend, the precision or the budget (engine.c
+ * does), run anything on the CPU, or log: errors are -errno with a sentence,
+ * CUDA's failures -EIO with CUDA's message. The kernels are in their own
+ * files (cuda_kernels.h), the network walk in forward.cu. */
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cuda_check.h"
+#include "engine_cuda_impl.h"
+
+extern "C" {
+#include "record.h"
+#include "units.h"
+}
+
+extern "C" const int engine_cuda_built = 1;
+
+uint8_t *cuda_engine_slot_dev(cuda_engine_t *ce, int slot) {
+        assert(slot >= 0 && slot < ce->depth);
+        return ce->arena + ce->L.staging_off + (uint64_t)slot * ce->L.slot.bytes;
+}
+
+uint8_t *cuda_engine_slot_host(cuda_engine_t *ce, int slot) {
+        assert(slot >= 0 && slot < ce->depth);
+        return ce->pinned + (uint64_t)slot * ce->L.slot.bytes;
+}
+
+void *cuda_engine_tensor(cuda_engine_t *ce, int t) {
+        assert(t >= 0 && t < ce->model->n_tensors);
+        return ce->arena + ce->L.activations_off + (uint64_t)ce->max_batch * ce->tensor_off[t] * ce->pb;
+}
+
+/* --- probe ---------------------------------------------------------------- */
+
+extern "C" int engine_cuda_probe(int device, uint64_t *total_bytes, char *why, size_t why_len) {
+        cudaDeviceProp prop;
+        cudaError_t c;
+        int n = 0;
+
+        if (total_bytes)
+                *total_bytes = 0;
+        if (!why || why_len == 0) {
+                static char ignored[8];
+                why = ignored;
+                why_len = sizeof(ignored);
+        }
+        why[0] = '\0';
+        /* cudart_static dlopens libcuda here; without a driver this returns
+         * cudaErrorInsufficientDriver, without a device cudaErrorNoDevice.
+         * Neither creates a context. */
+        c = cudaGetDeviceCount(&n);
+        if (c != cudaSuccess) {
+                snprintf(why, why_len, "%s (CUDA error %d: %s)",
+                         c == cudaErrorNoDevice ? "no CUDA device" : "no usable CUDA driver", (int)c,
+                         cudaGetErrorString(c));
+                (void)cudaGetLastError();
+                return 0;
+        }
+        if (n <= 0) {
+                snprintf(why, why_len, "no CUDA device");
+                return 0;
+        }
+        if (device < 0 || device >= n) {
+                snprintf(why, why_len, "CUDA device %d does not exist (this machine has %d)", device, n);
+                return 0;
+        }
+        c = cudaGetDeviceProperties(&prop, device);
+        if (c != cudaSuccess) {
+                snprintf(why, why_len, "cannot query CUDA device %d (CUDA error %d: %s)", device, (int)c,
+                         cudaGetErrorString(c));
+                (void)cudaGetLastError();
+                return 0;
+        }
+        if (prop.major < 8) {
+                snprintf(why, why_len, "CUDA device %d (%s) has compute capability %d.%d; the CUDA engine needs 8.0 or newer",
+                         device, prop.name, prop.major, prop.minor);
+                return 0;
+        }
+        if (total_bytes)
+                *total_bytes = prop.totalGlobalMem;
+        return n;
+}
+
+/* --- teardown ------------------------------------------------------------- */
+
+static void cuda_engine_destroy(cuda_engine_t *ce) {
+        if (!ce)
+                return;
+        /* Drain everything in flight, host callbacks included, before freeing
+         * what they touch. Errors are ignored: this is the way out. */
+        if (ce->compute)
+                (void)cudaStreamSynchronize(ce->compute);
+        for (int s = 0; ce->copy && s < ce->depth; s++)
+                if (ce->copy[s])
+                        (void)cudaStreamSynchronize(ce->copy[s]);
+        for (int i = 0; ce->graphs && i < ce->depth * ce->n_buckets; i++)
+                if (ce->graphs[i])
+                        (void)cudaGraphExecDestroy(ce->graphs[i]);
+        for (int s = 0; s < ce->depth; s++) {
+                if (ce->ev_in && ce->ev_in[s])
+                        (void)cudaEventDestroy(ce->ev_in[s]);
+                if (ce->ev_done && ce->ev_done[s])
+                        (void)cudaEventDestroy(ce->ev_done[s]);
+                if (ce->copy && ce->copy[s])
+                        (void)cudaStreamDestroy(ce->copy[s]);
+        }
+        if (ce->compute)
+                (void)cudaStreamDestroy(ce->compute);
+        if (ce->lt)
+                (void)cublasLtDestroy(ce->lt);
+        if (ce->arena)
+                (void)cudaFree(ce->arena);
+        if (ce->pinned)
+                (void)cudaFreeHost(ce->pinned);
+        if (ce->efd >= 0)
+                close(ce->efd);
+        if (ce->lock_init)
+                pthread_mutex_destroy(&ce->lock);
+        free(ce->graphs);
+        free(ce->cbs);
+        free(ce->done);
+        free(ce->in_flight);
+        free(ce->ev_in);
+        free(ce->ev_done);
+        free(ce->copy);
+        free(ce);
+}
+
+/* --- open ----------------------------------------------------------------- */
+
+/* Uploads every conv/fc weight block (cout, kh, kw, cin) in the precision
+ * and its bias in the type of its GEMM's output (the precision for a conv,
+ * fp32 for the FC, whose logits are fp32), at plan_weight_layout()'s
+ * offsets. The bias blocks are sized for fp32, so either fits. A conv whose
+ * GEMM K is padded (conv1) gets its block as (cout, gemm_k) with zero pad
+ * columns in the workspace's padded-weights region instead, and its block
+ * in the weights region stays zero. */
+static int upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
+        size_t w_off[MODEL_MAX_OPS], b_off[MODEL_MAX_OPS];
+        uint64_t pw_off[MODEL_MAX_OPS];
+        size_t biggest = 0;
+        uint8_t *base = ce->arena + ce->L.weights_off;
+        float *padded = NULL;           /* (cout, gemm_k) fp32 */
+        void *host = NULL;              /* (biggest) in the precision */
+        uint64_t total;
+        int r = 0;
+
+        total = plan_weight_layout(m, ce->precision, w_off, b_off);
+        if (total != ce->L.weights_bytes)
+                return errbuf_set(err, -EINVAL, "the weight layout (%llu bytes) disagrees with the plan (%llu bytes)",
+                                  (unsigned long long)total, (unsigned long long)ce->L.weights_bytes);
+        if (engine_cuda_padded_weights(m, ce->precision, pw_off) != ce->L.padded_w_bytes)
+                return errbuf_set(err, -EINVAL, "the padded weights disagree with the CUDA layout");
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+                size_t elems;
+
+                if (op->kind != MODEL_OP_CONV && op->kind != MODEL_OP_FC)
+                        continue;
+                elems = (size_t)op->cout * engine_cuda_gemm_k(op);
+                if (elems > biggest)
+                        biggest = elems;
+        }
+        host = malloc(biggest * sizeof(float));
+        padded = (float *)malloc(biggest * sizeof(float));
+        if (!host || !padded) {
+                r = errbuf_set(err, -ENOMEM, "out of host memory converting the weights");
+                goto fail;
+        }
+
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+                size_t k = (size_t)op->kh * op->kw * op->cin, gk;
+                const float *src;
+                precision_t bias_p = op->kind == MODEL_OP_FC ? PRECISION_FP32 : ce->precision;
+                char what[96];
+
+                if (op->kind != MODEL_OP_CONV && op->kind != MODEL_OP_FC)
+                        continue;
+                gk = engine_cuda_gemm_k(op);
+                assert(w_off[i] % ENGINE_CUDA_ALIGN_BYTES == 0 && b_off[i] % ENGINE_CUDA_ALIGN_BYTES == 0);
+                assert(w_off[i] + op->cout * k * ce->pb <= total && b_off[i] + (size_t)op->cout * sizeof(float) <= total);
+                src = m->weights + op->w_off;
+                if (gk == k) {
+                        ce->w[i] = base + w_off[i];
+                } else {
+                        assert(pw_off[i] + op->cout * gk * ce->pb <= ce->L.padded_w_bytes);
+                        ce->w[i] = ce->arena + ce->L.padded_w_off + pw_off[i];
+                        for (int o = 0; o < op->cout; o++) {
+                                memcpy(padded + o * gk, src + o * k, k * sizeof(float));
+                                memset(padded + o * gk + k, 0, (gk - k) * sizeof(float));
+                        }
+                        src = padded;
+                }
+                ce->bias[i] = base + b_off[i];
+
+                cuda_host_from_f32(ce->precision, src, op->cout * gk, host);
+                snprintf(what, sizeof(what), "uploading the weights of %s", op->name);
+                CUDA_GOTO(cudaMemcpy(ce->w[i], host, op->cout * gk * ce->pb, cudaMemcpyHostToDevice), what);
+                cuda_host_from_f32(bias_p, m->biases + op->b_off, (size_t)op->cout, host);
+                snprintf(what, sizeof(what), "uploading the bias of %s", op->name);
+                CUDA_GOTO(cudaMemcpy(ce->bias[i], host, (size_t)op->cout * precision_bytes(bias_p),
+                                     cudaMemcpyHostToDevice),
+                          what);
+        }
+fail:
+        free(padded);
+        free(host);
+        return r;
+}
+
+/* One graph per (slot, bucket): the compute of cuda_forward() at the
+ * bucket's batch, captured on the compute stream, instantiated, uploaded,
+ * and run once on the zeroed staging (all formats RECORD_UNKNOWN: zeros in,
+ * finite numbers out), so a kernel that cannot run on this device fails
+ * here and not on the first record. Each bucket first runs once outside
+ * any capture, so that whatever cuBLASLt or the driver initialises lazily
+ * on a first call (kernel modules, function attributes) happens there and
+ * not inside a capture, and a failure names the layer plainly. */
+static int capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
+        cudaGraph_t graph = NULL;
+        cudaError_t c;
+        char what[96];
+        int r = 0;
+
+        ce->n_buckets = engine_cuda_buckets(ce->max_batch, ce->buckets);
+        assert(ce->n_buckets >= 1);
+        ce->graphs = (cudaGraphExec_t *)calloc((size_t)ce->depth * ce->n_buckets, sizeof(cudaGraphExec_t));
+        if (!ce->graphs)
+                return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA graphs");
+
+        for (int s = 0; s < ce->depth; s++) {
+                for (int b = 0; b < ce->n_buckets; b++) {
+                        cudaGraphExec_t *exec = &ce->graphs[s * ce->n_buckets + b];
+
+                        if (s == 0) {
+                                snprintf(what, sizeof(what), "running batch %d outside a graph", ce->buckets[b]);
+                                r = cuda_forward(ce, ce->compute, 0, ce->buckets[b], err);
+                                if (r < 0) {
+                                        r = errbuf_prefix(err, r, "%s", what);
+                                        goto fail;
+                                }
+                                CUDA_GOTO(cudaStreamSynchronize(ce->compute), what);
+                        }
+                        snprintf(what, sizeof(what), "capturing the graph of slot %d, batch %d", s, ce->buckets[b]);
+                        CUDA_GOTO(cudaStreamBeginCapture(ce->compute, cudaStreamCaptureModeThreadLocal), what);
+                        r = cuda_forward(ce, ce->compute, s, ce->buckets[b], err);
+                        c = cudaStreamEndCapture(ce->compute, &graph);
+                        if (r < 0) {
+                                r = errbuf_prefix(err, r, "%s", what);
+                                goto fail;
+                        }
+                        CUDA_GOTO(c, what);
+                        CUDA_GOTO(cudaGraphInstantiate(exec, graph, 0), what);
+                        (void)cudaGraphDestroy(graph);
+                        graph = NULL;
+                        CUDA_GOTO(cudaGraphUpload(*exec, ce->compute), what);
+                        CUDA_GOTO(cudaGraphLaunch(*exec, ce->compute), what);
+                }
+        }
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "running each captured graph once");
+fail:
+        if (graph)
+                (void)cudaGraphDestroy(graph);
+        return r;
+}
+
+static int cuda_open(engine_t *e, errbuf_t *err) {
+        cuda_engine_t *ce = NULL;
+        plan_request_t req;
+        plan_t plan;
+        size_t free_b = 0, total_b = 0;
+        uint64_t context_bytes, expect_bytes, act_need;
+        char what[160], sz[32];
+        int r = 0;
+
+        assert(e && e->model && !e->impl);
+        if (!e->model->weights || !e->model->biases)
+                return errbuf_set(err, -EINVAL, "the CUDA engine needs a model with its weights loaded");
+        if (e->plan.pipeline_depth < 1 || e->plan.max_batch < 1)
+                return errbuf_set(err, -EINVAL, "the CUDA engine needs a plan with a batch and a pipeline");
+
+        ce = (cuda_engine_t *)calloc(1, sizeof(*ce));
+        if (!ce)
+                return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
+        ce->efd = -1;
+        ce->model = e->model;
+        ce->depth = e->plan.pipeline_depth;
+        ce->copy = (cudaStream_t *)calloc(ce->depth, sizeof(cudaStream_t));
+        ce->ev_in = (cudaEvent_t *)calloc(ce->depth, sizeof(cudaEvent_t));
+        ce->ev_done = (cudaEvent_t *)calloc(ce->depth, sizeof(cudaEvent_t));
+        ce->cbs = (cuda_slot_cb_t *)calloc(ce->depth, sizeof(cuda_slot_cb_t));
+        ce->done = (int *)calloc(ce->depth, sizeof(int));
+        ce->in_flight = (int *)calloc(ce->depth, sizeof(int));
+        if (!ce->copy || !ce->ev_in || !ce->ev_done || !ce->cbs || !ce->done || !ce->in_flight) {
+                r = errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
+                goto fail;
+        }
+
+        /* 1. The context, the streams, the events and cuBLASLt: everything
+         *    the driver allocates for us outside the arena. */
+        snprintf(what, sizeof(what), "selecting CUDA device %d", e->device);
+        CUDA_GOTO(cudaSetDevice(e->device), what);
+        CUDA_GOTO(cudaFree(0), "initialising the CUDA context");
+        CUDA_GOTO(cudaStreamCreateWithFlags(&ce->compute, cudaStreamNonBlocking), "creating the compute stream");
+        for (int s = 0; s < ce->depth; s++) {
+                CUDA_GOTO(cudaStreamCreateWithFlags(&ce->copy[s], cudaStreamNonBlocking), "creating a copy stream");
+                CUDA_GOTO(cudaEventCreateWithFlags(&ce->ev_in[s], cudaEventDisableTiming), "creating an event");
+                CUDA_GOTO(cudaEventCreateWithFlags(&ce->ev_done[s], cudaEventDisableTiming), "creating an event");
+                ce->cbs[s].ce = ce;
+                ce->cbs[s].slot = s;
+        }
+        LT_GOTO(cublasLtCreate(&ce->lt), "creating the cuBLASLt handle");
+
+        /* 2. Measure the context. "Used after init minus used before" cannot
+         *    be observed from inside the process (there is no before without a
+         *    context), so this is total - free right after the steps above and
+         *    before the arena: it also counts other processes on the device,
+         *    which is what the budget has to live with anyway. Kernel modules
+         *    loaded lazily later are counted in the graph term. */
+        CUDA_GOTO(cudaMemGetInfo(&free_b, &total_b), "measuring the CUDA context");
+        context_bytes = (uint64_t)(total_b - free_b);
+
+        /* 3. Re-plan with the measurement; the batch may only go down. */
+        e->request.measured_context_bytes = context_bytes;
+        req = e->request;
+        if (req.max_batch > e->plan.max_batch)
+                req.max_batch = e->plan.max_batch;
+        r = plan_make(e->model, &req, &plan, err);
+        if (r < 0) {
+                r = errbuf_prefix(err, r, "with the measured CUDA context of %s",
+                                  units_format_size(context_bytes, sz, sizeof(sz)));
+                goto fail;
+        }
+        e->plan = plan;
+        ce->precision = plan.precision;
+        ce->pb = precision_bytes(plan.precision);
+        ce->max_batch = plan.max_batch;
+        ce->top_k = plan.top_k;
+        memcpy(ce->tensor_off, plan.tensor_offset, sizeof(ce->tensor_off));
+
+        /* 4. The arena the plan counted, carved by the same layout. */
+        r = engine_cuda_layout_of_plan(e->model, &plan, &ce->L);
+        if (r < 0) {
+                r = errbuf_set(err, r, "the CUDA arena cannot be laid out for this plan");
+                goto fail;
+        }
+        expect_bytes = plan.total_bytes - plan.engine.context_bytes - plan.engine.graph_bytes;
+        act_need = (uint64_t)plan.max_batch * plan.arena_elems_per_sample * ce->pb;
+        if (ce->L.arena_bytes != expect_bytes || ce->L.pinned_host_bytes != plan.pinned_host_bytes ||
+            ce->L.workspace_bytes != plan.workspace_bytes || ce->L.activation_bytes < act_need) {
+                r = errbuf_set(err, -EINVAL,
+                               "the CUDA arena layout (%llu device bytes, %llu pinned) disagrees with the plan "
+                               "(%llu device bytes, %llu pinned)",
+                               (unsigned long long)ce->L.arena_bytes, (unsigned long long)ce->L.pinned_host_bytes,
+                               (unsigned long long)expect_bytes, (unsigned long long)plan.pinned_host_bytes);
+                goto fail;
+        }
+        snprintf(what, sizeof(what), "allocating the %s device arena",
+                 units_format_size(ce->L.arena_bytes, sz, sizeof(sz)));
+        CUDA_GOTO(cudaMalloc((void **)&ce->arena, ce->L.arena_bytes), what);
+        snprintf(what, sizeof(what), "allocating %s of pinned host staging",
+                 units_format_size(ce->L.pinned_host_bytes, sz, sizeof(sz)));
+        CUDA_GOTO(cudaHostAlloc((void **)&ce->pinned, ce->L.pinned_host_bytes, cudaHostAllocDefault), what);
+        memset(ce->pinned, 0, ce->L.pinned_host_bytes);
+        /* Zeroed staging means every format is RECORD_UNKNOWN until written. */
+        CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->L.arena_bytes, ce->compute), "clearing the device arena");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
+
+        /* 5. One weight set, in the precision. */
+        r = upload_weights(ce, e->model, err);
+        if (r < 0)
+                goto fail;
+
+        /* 6. The graphs (cuBLASLt's algorithms are chosen here). */
+        r = capture_graphs(ce, err);
+        if (r < 0)
+                goto fail;
+
+        /* 7. Completion reaches the event loop through this fd. */
+        ce->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (ce->efd < 0) {
+                r = errbuf_set(err, -errno, "creating the completion eventfd: %s", strerror(errno));
+                goto fail;
+        }
+        r = pthread_mutex_init(&ce->lock, NULL);
+        if (r != 0) {
+                r = errbuf_set(err, -r, "creating the completion lock: %s", strerror(r));
+                goto fail;
+        }
+        ce->lock_init = 1;
+
+        /* Ownership of the weights moved to the device: free the host copy
+         * last, so that a failed open leaves the model usable (--backend auto
+         * may fall back to the CPU with it). */
+        e->impl = ce;
+        model_drop_host_weights(e->model);
+        return 0;
+
+fail:
+        cuda_engine_destroy(ce);
+        return r;
+}
+
+static void cuda_close(engine_t *e) {
+        if (!e || !e->impl)
+                return;
+        (void)cudaSetDevice(e->device);
+        cuda_engine_destroy((cuda_engine_t *)e->impl);
+        e->impl = NULL;
+}
+
+/* --- the pipeline --------------------------------------------------------- */
+
+/* Runs on a CUDA runtime thread once slot's results are in pinned memory.
+ * No CUDA calls are allowed here: queue the slot and wake the event loop. */
+static void CUDART_CB cuda_on_done(void *arg) {
+        cuda_slot_cb_t *cb = (cuda_slot_cb_t *)arg;
+        cuda_engine_t *ce = cb->ce;
+        uint64_t one = 1;
+
+        pthread_mutex_lock(&ce->lock);
+        assert(ce->done_count < ce->depth);
+        ce->done[(ce->done_head + ce->done_count) % ce->depth] = cb->slot;
+        ce->done_count++;
+        /* Cannot fail short of a bug: the counter never nears overflow. */
+        if (write(ce->efd, &one, sizeof(one)) != (ssize_t)sizeof(one)) {
+        }
+        pthread_mutex_unlock(&ce->lock);
+}
+
+static int cuda_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_t *err) {
+        ce->failed = 1;
+        return errbuf_set(err, -EIO, "%s: %s (%s)", what, cudaGetErrorString(c), cudaGetErrorName(c));
+}
+
+static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+        const record_format_t *fmt_in;
+        uint8_t *dev, *host;
+        int32_t *fmt;
+        cudaStream_t cs;
+        cudaError_t c;
+        int bi, bucket;
+
+        assert(ce);
+        if (ce->failed)
+                return errbuf_set(err, -EIO, "the CUDA engine failed earlier and runs no more batches");
+        if (slot < 0 || slot >= ce->depth)
+                return errbuf_set(err, -EINVAL, "slot %d does not exist (the engine has %d)", slot, ce->depth);
+        if (n < 1 || n > ce->max_batch)
+                return errbuf_set(err, -EINVAL, "a batch of %d records does not fit the plan's 1..%d", n,
+                                  ce->max_batch);
+        if (ce->in_flight[slot])
+                return errbuf_set(err, -EBUSY, "slot %d is still in flight", slot);
+        bi = engine_cuda_bucket_index(ce->buckets, ce->n_buckets, n);
+        assert(bi >= 0);
+        bucket = ce->buckets[bi];
+
+        dev = cuda_engine_slot_dev(ce, slot);
+        host = cuda_engine_slot_host(ce, slot);
+        fmt = (int32_t *)(host + ce->L.slot.formats_off);
+        fmt_in = e->formats + (size_t)slot * ce->max_batch;
+        for (int i = 0; i < n; i++)
+                fmt[i] = (int32_t)fmt_in[i];
+        /* The bucket's padding rows: preprocessing turns them into zeros, and
+         * their results are never copied back. */
+        for (int i = n; i < bucket; i++)
+                fmt[i] = RECORD_UNKNOWN;
+
+        cs = ce->copy[slot];
+        if ((c = cudaSetDevice(e->device)) != cudaSuccess)
+                return cuda_fail(ce, c, "selecting the CUDA device", err);
+        if ((c = cudaMemcpyAsync(dev + ce->L.slot.input_off, host + ce->L.slot.input_off, (size_t)n * RECORD_MAX_BYTES,
+                                 cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
+            (c = cudaMemcpyAsync(dev + ce->L.slot.formats_off, host + ce->L.slot.formats_off,
+                                 (size_t)bucket * sizeof(int32_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess)
+                return cuda_fail(ce, c, "copying a batch to the device", err);
+        if ((c = cudaEventRecord(ce->ev_in[slot], cs)) != cudaSuccess ||
+            (c = cudaStreamWaitEvent(ce->compute, ce->ev_in[slot], 0)) != cudaSuccess)
+                return cuda_fail(ce, c, "ordering a batch's copy before its compute", err);
+        if ((c = cudaGraphLaunch(ce->graphs[slot * ce->n_buckets + bi], ce->compute)) != cudaSuccess)
+                return cuda_fail(ce, c, "launching a batch's graph", err);
+        if ((c = cudaEventRecord(ce->ev_done[slot], ce->compute)) != cudaSuccess ||
+            (c = cudaStreamWaitEvent(cs, ce->ev_done[slot], 0)) != cudaSuccess)
+                return cuda_fail(ce, c, "ordering a batch's compute before its results", err);
+        if ((c = cudaMemcpyAsync(host + ce->L.slot.logits_off, dev + ce->L.slot.logits_off,
+                                 (size_t)n * MODEL_CLASSES * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
+            (c = cudaMemcpyAsync(host + ce->L.slot.topk_off, dev + ce->L.slot.topk_off,
+                                 (size_t)n * ce->top_k * sizeof(engine_topk_t), cudaMemcpyDeviceToHost, cs)) !=
+                    cudaSuccess)
+                return cuda_fail(ce, c, "copying a batch's results to the host", err);
+        if ((c = cudaLaunchHostFunc(cs, cuda_on_done, &ce->cbs[slot])) != cudaSuccess)
+                return cuda_fail(ce, c, "queueing a batch's completion callback", err);
+        ce->in_flight[slot] = 1;
+        ce->n_in_flight++;
+        return 0;
+}
+
+/* Clears the eventfd's readiness; called with the lock held. */
+static void drain_eventfd(cuda_engine_t *ce) {
+        uint64_t v;
+
+        /* EAGAIN when it is already clear. */
+        if (read(ce->efd, &v, sizeof(v)) < 0) {
+        }
+}
+
+static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+        cudaError_t c;
+        int s = -1;
+
+        assert(ce && slot);
+        pthread_mutex_lock(&ce->lock);
+        if (ce->done_count > 0) {
+                s = ce->done[ce->done_head];
+                ce->done_head = (ce->done_head + 1) % ce->depth;
+                ce->done_count--;
+        }
+        if (ce->done_count == 0)
+                drain_eventfd(ce);
+        pthread_mutex_unlock(&ce->lock);
+
+        (void)cudaSetDevice(e->device);
+        if (s < 0) {
+                /* Nothing completed. A device fault can keep the callback from
+                 * ever running, so look for one on the streams in flight. */
+                if (ce->n_in_flight == 0)
+                        return 0;
+                c = cudaStreamQuery(ce->compute);
+                if (c != cudaSuccess && c != cudaErrorNotReady)
+                        return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+                for (int i = 0; i < ce->depth; i++) {
+                        if (!ce->in_flight[i])
+                                continue;
+                        c = cudaStreamQuery(ce->copy[i]);
+                        if (c != cudaSuccess && c != cudaErrorNotReady)
+                                return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+                }
+                return 0;
+        }
+
+        assert(ce->in_flight[s]);
+        ce->in_flight[s] = 0;
+        ce->n_in_flight--;
+        /* The callback ran, so everything before it on the stream finished;
+         * an error there is sticky and shows here. NotReady only means the
+         * callback itself has not returned yet. */
+        c = cudaStreamQuery(ce->copy[s]);
+        if (c != cudaSuccess && c != cudaErrorNotReady)
+                return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+        *slot = s;
+        return 1;
+}
+
+static void *cuda_slot_input(engine_t *e, int slot) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+
+        return cuda_engine_slot_host(ce, slot) + ce->L.slot.input_off;
+}
+
+static const float *cuda_slot_logits(engine_t *e, int slot) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+
+        return (const float *)(cuda_engine_slot_host(ce, slot) + ce->L.slot.logits_off);
+}
+
+static const engine_topk_t *cuda_slot_topk(engine_t *e, int slot) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+
+        return (const engine_topk_t *)(cuda_engine_slot_host(ce, slot) + ce->L.slot.topk_off);
+}
+
+static int cuda_completion_fd(engine_t *e) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+
+        return ce ? ce->efd : -1;
+}
+
+extern "C" const engine_ops_t engine_cuda_ops = {
+        "cuda",
+        cuda_open,
+        cuda_close,
+        cuda_slot_input,
+        cuda_submit,
+        cuda_reap,
+        cuda_slot_logits,
+        cuda_slot_topk,
+        cuda_completion_fd,
+};

@@ -1,0 +1,141 @@
+/* forward: ResNet-50 as a sequence of launches on one stream.
+ *
+ * It walks the model's layer table and enqueues, for n samples of a slot:
+ *
+ *   preprocess   slot records (n, RECORD_MAX_BYTES) -> input (n, 224, 224, 3)
+ *   conv         im2col into the workspace when needed (K padded to a
+ *                multiple of 8, against a zero-padded weight copy), then one cuBLASLt
+ *                GEMM with bias (+ residual through C) (+ ReLU) fused:
+ *                in (n, h, w, cin) -> out (n, ho, wo, cout)
+ *   maxpool      (n, 112, 112, 64) -> (n, 56, 56, 64)
+ *   avgpool      (n, 7, 7, 2048) -> (n, 2048)
+ *   fc           (n, 2048) -> the slot's logits (n, 1000) fp32: the FC
+ *                writes fp32 straight into the slot's device staging
+ *                instead of the model's logits tensor, whatever the precision
+ *   head         slot logits -> slot top-k (n, top_k)
+ *
+ * It enqueues only, so it serves both the graph capture at open and the
+ * single steps of the GPU tests. Every pointer comes from the arena layout
+ * (engine_cuda_plan.h); nothing is allocated. */
+#include <assert.h>
+
+#include "cuda_check.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+#include "engine_cuda_impl.h"
+
+int cuda_forward_preprocess(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err) {
+        uint8_t *dev = cuda_engine_slot_dev(ce, slot);
+
+        return cuda_preprocess(s, ce->precision, dev + ce->L.slot.input_off,
+                               (const int32_t *)(dev + ce->L.slot.formats_off), n,
+                               cuda_engine_tensor(ce, ce->model->input), err);
+}
+
+int cuda_forward_head(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err) {
+        uint8_t *dev = cuda_engine_slot_dev(ce, slot);
+
+        return cuda_head(s, (const float *)(dev + ce->L.slot.logits_off), n, ce->top_k,
+                         (engine_topk_t *)(dev + ce->L.slot.topk_off), err);
+}
+
+static int forward_conv(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op, int n, errbuf_t *err) {
+        const model_tensor_t *tin = &ce->model->tensors[op->in];
+        const model_tensor_t *tout = &ce->model->tensors[op->out];
+        cuda_gemm_t g;
+        int r;
+
+        assert(tin->h == op->h_in && tin->w == op->w_in && tin->c == op->cin);
+        assert(tout->h == op->h_out && tout->w == op->w_out && tout->c == op->cout);
+
+        g.m = (int64_t)n * op->h_out * op->w_out;
+        g.n = op->cout;
+        g.k = (int64_t)engine_cuda_gemm_k(op);  /* kh * kw * cin, padded for im2col (conv1: 147 -> 152) */
+        g.ab = ce->precision;
+        g.d_fp32 = 0;
+        g.w = ce->w[op - ce->model->ops];
+        g.bias = ce->bias[op - ce->model->ops];
+        g.c = op->residual >= 0 ? cuda_engine_tensor(ce, op->residual) : NULL;
+        g.d = cuda_engine_tensor(ce, op->out);
+        g.relu = op->relu;
+        if (engine_cuda_op_needs_im2col(op)) {
+                void *col = ce->arena + ce->L.im2col_off;       /* (m, k) */
+
+                assert((uint64_t)g.m * g.k * ce->pb <= ce->L.im2col_bytes);
+                r = cuda_im2col(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in, op->cin,
+                                op->kh, op->kw, op->stride, op->pad, op->h_out, op->w_out, (int)g.k, col, err);
+                if (r < 0)
+                        return r;
+                g.a = col;
+                g.lda = g.k;
+        } else {
+                g.a = cuda_engine_tensor(ce, op->in);   /* (n * h * w, cin) is already the GEMM's A */
+                g.lda = op->cin;
+                assert(g.k == op->cin);
+        }
+        r = cuda_gemm_run(ce->lt, s, &g, ce->arena + ce->L.lt_workspace_off, ce->L.lt_workspace_bytes, err);
+        if (r < 0)
+                return errbuf_prefix(err, r, "%s", op->name);
+        return 0;
+}
+
+static int forward_fc(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op, int slot, int n, errbuf_t *err) {
+        cuda_gemm_t g;
+        int r;
+
+        assert(ce->model->tensors[op->in].elems == (size_t)op->cin);
+        assert(op->cout == MODEL_CLASSES);
+        g.m = n;
+        g.n = op->cout;
+        g.k = op->cin;
+        g.ab = ce->precision;
+        g.d_fp32 = 1;
+        g.a = cuda_engine_tensor(ce, op->in);
+        g.lda = op->cin;
+        g.w = ce->w[op - ce->model->ops];
+        g.bias = ce->bias[op - ce->model->ops];
+        g.c = NULL;
+        g.d = cuda_engine_slot_dev(ce, slot) + ce->L.slot.logits_off;
+        g.relu = op->relu;
+        r = cuda_gemm_run(ce->lt, s, &g, ce->arena + ce->L.lt_workspace_off, ce->L.lt_workspace_bytes, err);
+        if (r < 0)
+                return errbuf_prefix(err, r, "%s", op->name);
+        return 0;
+}
+
+int cuda_forward_op(cuda_engine_t *ce, cudaStream_t s, int i, int slot, int n, errbuf_t *err) {
+        const model_op_t *op;
+
+        assert(i >= 0 && i < ce->model->n_ops && n >= 1 && n <= ce->max_batch);
+        op = &ce->model->ops[i];
+        switch (op->kind) {
+        case MODEL_OP_CONV:
+                return forward_conv(ce, s, op, n, err);
+        case MODEL_OP_MAXPOOL:
+                assert(op->kh == op->kw);
+                return cuda_maxpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in,
+                                    op->cin, op->kh, op->stride, op->pad, op->h_out, op->w_out,
+                                    cuda_engine_tensor(ce, op->out), err);
+        case MODEL_OP_AVGPOOL:
+                return cuda_avgpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in,
+                                    op->cin, cuda_engine_tensor(ce, op->out), err);
+        case MODEL_OP_FC:
+                return forward_fc(ce, s, op, slot, n, err);
+        }
+        assert(!"unknown op kind");
+        return errbuf_set(err, -EINVAL, "%s: unknown op kind %d", op->name, (int)op->kind);
+}
+
+int cuda_forward(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err) {
+        int r;
+
+        r = cuda_forward_preprocess(ce, s, slot, n, err);
+        if (r < 0)
+                return r;
+        for (int i = 0; i < ce->model->n_ops; i++) {
+                r = cuda_forward_op(ce, s, i, slot, n, err);
+                if (r < 0)
+                        return r;
+        }
+        return cuda_forward_head(ce, s, slot, n, err);
+}

@@ -1,0 +1,247 @@
+/* check_kernels: the CUDA kernels' index arithmetic, checked on the host.
+ *
+ * Every hand-written kernel in cuda/ keeps its per-element body in a
+ * __host__ __device__ function (im2col_word, maxpool_elem, avgpool_elem,
+ * preprocess_elem, head_sort_step). This program includes those very .cu
+ * files, runs the bodies on the CPU over every output element, and compares
+ * them with the CPU reference (cpu_ops.c), so a wrong index fails here, in
+ * CI, without a GPU. It does not launch anything on a device and says
+ * nothing about the launch configuration, the warp reductions of the head
+ * or cuBLASLt: tools/gpu-check covers those on a GPU. */
+#include "im2col.cu"
+#include "pool.cu"
+#include "preprocess.cu"
+#include "head.cu"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+/* Failures of the current test; the first message is kept for its FAIL line. */
+static int fails = 0;
+static char first[512];
+#define CHECK(c, ...)                                                                   \
+        do {                                                                            \
+                if (!(c) && fails++ == 0)                                               \
+                        snprintf(first, sizeof(first), __VA_ARGS__);                    \
+        } while (0)
+
+static void report(const char *id) {
+        if (fails)
+                printf("FAIL cuda_host/%s: %d mismatches; first: %s\n", id, fails, first);
+        else
+                printf("PASS cuda_host/%s\n", id);
+        fflush(stdout);
+}
+/* xorshift64*, uniform in [-1, 1): reproducible inputs. */
+static uint64_t seed = 12345;
+
+static float frand(void) {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        return (float)((seed * 2685821657736338717ULL >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* im2col_word over every word of col against cpu_im2col per sample, with
+ * float words, then uint4 and uint2 words moving the same bytes; rows are
+ * padded to kp >= k * k * cin columns, which must come out zero. */
+static void check_im2col(int n, int h, int w, int cin, int k, int stride, int pad, int kp) {
+        cpu_conv_shape_t s = {};
+        size_t per_sample, rows, kk = (size_t)k * k * cin;
+
+        s.n = n;
+        s.h = h;
+        s.w = w;
+        s.cin = cin;
+        s.cout = 4;
+        s.kh = s.kw = k;
+        s.stride = stride;
+        s.pad = pad;
+        cpu_conv_shape_finish(&s);
+        rows = (size_t)s.ho * s.wo;
+        per_sample = rows * kk;
+
+        std::vector<float> in((size_t)n * h * w * cin), ref(per_sample), got((size_t)n * rows * kp);
+        for (float &x : in)
+                x = frand();
+        for (long long i = 0; i < (long long)got.size(); i++)
+                got[i] = im2col_word<float>(in.data(), i, h, w, cin, k, k, stride, pad, s.ho, s.wo, kp);
+        for (int b = 0; b < n; b++) {
+                cpu_im2col(&s, in.data() + (size_t)b * h * w * cin, ref.data());
+                for (size_t row = 0; row < rows; row++)
+                        for (size_t j = 0; j < (size_t)kp; j++) {
+                                float g = got[(b * rows + row) * kp + j], want = j < kk ? ref[row * kk + j] : 0.0f;
+
+                                CHECK(g == want,
+                                      "im2col n%d h%d w%d cin%d k%d s%d p%d: sample %d row %zu column %zu: %g, "
+                                      "reference %g",
+                                      n, h, w, cin, k, stride, pad, b, row, j, g, want);
+                        }
+        }
+        if (cin % 4 == 0 && kp % 4 == 0) {
+                std::vector<float> wide(got.size());
+                for (long long i = 0; i < (long long)got.size() / 4; i++)
+                        ((uint4 *)wide.data())[i] = im2col_word<uint4>((const uint4 *)in.data(), i, h, w, cin / 4, k,
+                                                                       k, stride, pad, s.ho, s.wo, kp / 4);
+                CHECK(memcmp(wide.data(), got.data(), got.size() * 4) == 0, "im2col with uint4 words differs (cin %d)",
+                      cin);
+        }
+        if (cin % 2 == 0 && kp % 2 == 0) {
+                std::vector<float> wide(got.size());
+                for (long long i = 0; i < (long long)got.size() / 2; i++)
+                        ((uint2 *)wide.data())[i] = im2col_word<uint2>((const uint2 *)in.data(), i, h, w, cin / 2, k,
+                                                                       k, stride, pad, s.ho, s.wo, kp / 2);
+                CHECK(memcmp(wide.data(), got.data(), got.size() * 4) == 0, "im2col with uint2 words differs (cin %d)",
+                      cin);
+        }
+}
+
+/* maxpool 3x3 s2 p1 (fp32 exact, and fp16 storage: the max of rounded
+ * inputs is the rounded max) and the global average pool. */
+static void check_pool(int n, int h, int w, int c) {
+        cpu_conv_shape_t s = {};
+
+        s.n = n;
+        s.h = h;
+        s.w = w;
+        s.cin = s.cout = c;
+        s.kh = s.kw = 3;
+        s.stride = 2;
+        s.pad = 1;
+        cpu_conv_shape_finish(&s);
+
+        std::vector<float> in((size_t)n * h * w * c), ref((size_t)n * s.ho * s.wo * c);
+        std::vector<__half> in_h(in.size());
+        for (size_t i = 0; i < in.size(); i++) {
+                in[i] = frand();
+                in_h[i] = __float2half_rn(in[i]);
+        }
+        cpu_maxpool(&s, in.data(), ref.data());
+        for (long long i = 0; i < (long long)ref.size(); i++) {
+                float g = maxpool_elem<float>(in.data(), i, h, w, c, 3, 2, 1, s.ho, s.wo);
+                float g_h = __half2float(maxpool_elem<__half>(in_h.data(), i, h, w, c, 3, 2, 1, s.ho, s.wo));
+
+                CHECK(g == ref[i], "maxpool element %lld: %g, reference %g", i, g, ref[i]);
+                CHECK(g_h == __half2float(__float2half_rn(ref[i])), "fp16 maxpool element %lld: %g, reference %g", i,
+                      g_h, ref[i]);
+        }
+
+        std::vector<float> avg_ref((size_t)n * c);
+        cpu_global_avgpool(n, h, w, c, in.data(), avg_ref.data());
+        for (long long i = 0; i < (long long)avg_ref.size(); i++) {
+                float g = avgpool_elem<float>(in.data(), i, h * w, c);
+
+                CHECK(fabsf(g - avg_ref[i]) <= 1e-6f * (1 + fabsf(avg_ref[i])), "avgpool element %lld: %g, reference %g",
+                      i, g, avg_ref[i]);
+        }
+}
+
+/* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again:
+ * fp32 results must equal the reference bit for bit. */
+static void check_preprocess(void) {
+        const int32_t fmt[4] = { RECORD_RGB8, RECORD_F32_CHW, RECORD_UNKNOWN, RECORD_RGB8 };
+        const int n = 4;
+        std::vector<uint8_t> rec((size_t)n * RECORD_MAX_BYTES);
+        std::vector<float> ref(SAMPLE_ELEMS);
+        struct norm nm;
+        float *chw = (float *)(rec.data() + RECORD_MAX_BYTES);
+
+        for (int c = 0; c < 3; c++) {
+                nm.mean[c] = cpu_imagenet_mean[c];
+                nm.std[c] = cpu_imagenet_std[c];
+        }
+        for (uint8_t &x : rec)
+                x = (uint8_t)(frand() * 127 + 128);
+        for (size_t i = 0; i < RECORD_F32_CHW_BYTES / 4; i++)
+                chw[i] = frand() * 3;
+        for (int b = 0; b < n; b++) {
+                const uint8_t *r = rec.data() + (size_t)b * RECORD_MAX_BYTES;
+
+                if (fmt[b] == RECORD_RGB8)
+                        cpu_preprocess_rgb8(r, ref.data());
+                else if (fmt[b] == RECORD_F32_CHW)
+                        cpu_preprocess_f32_chw(r, ref.data());
+                else
+                        std::fill(ref.begin(), ref.end(), 0.0f);
+                for (long long j = 0; j < SAMPLE_ELEMS; j++) {
+                        float g = preprocess_elem<float>(rec.data(), fmt, nm, (long long)b * SAMPLE_ELEMS + j);
+
+                        CHECK(g == ref[j], "preprocess sample %d (format %d) element %lld: %.9g, reference %.9g", b,
+                              fmt[b], j, g, ref[j]);
+                }
+        }
+}
+
+/* The head's bitonic network, stage by stage as the block runs it (the
+ * pairs of a stage are disjoint, so running its threads one after the other
+ * is exact), against cpu_topk over all 1000 ranks: random rows, rows with
+ * ties, and wide rows whose tail underflows to probability 0. */
+static void check_topk_sort(void) {
+        for (int trial = 0; trial < 6; trial++) {
+                float logits[MODEL_CLASSES], prob[HEAD_THREADS], mx = -INFINITY, sum = 0.0f;
+                int cls[HEAD_THREADS];
+                engine_topk_t ref[MODEL_CLASSES];
+
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        logits[i] = frand() * (trial < 3 ? 5.0f : 200.0f);
+                if (trial == 1)
+                        for (int i = 0; i < MODEL_CLASSES; i += 7)
+                                logits[i] = 1.5f;
+                if (trial == 2)
+                        for (int i = 0; i < MODEL_CLASSES; i++)
+                                logits[i] = (float)(i % 10);
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        mx = fmaxf(mx, logits[i]);
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        sum += expf(logits[i] - mx);
+                for (int t = 0; t < HEAD_THREADS; t++) {
+                        prob[t] = t < MODEL_CLASSES ? expf(logits[t] - mx) / sum : -1.0f;
+                        cls[t] = t;
+                }
+                std::vector<float> p(prob, prob + MODEL_CLASSES);
+                cpu_topk(MODEL_CLASSES, MODEL_CLASSES, p.data(), ref);
+
+                for (int k = 2; k <= HEAD_THREADS; k <<= 1)
+                        for (int j = k >> 1; j > 0; j >>= 1)
+                                for (int t = 0; t < HEAD_THREADS; t++)
+                                        head_sort_step(prob, cls, t, j, k);
+                for (int t = 0; t < MODEL_CLASSES; t++)
+                        CHECK(ref[t].cls == cls[t] && ref[t].score == prob[t],
+                              "row %d rank %d: class %d (%g), reference class %d (%g)", trial, t, cls[t], prob[t],
+                              ref[t].cls, ref[t].score);
+                for (int t = MODEL_CLASSES; t < HEAD_THREADS; t++)
+                        CHECK(cls[t] >= MODEL_CLASSES, "row %d: a pad entry ranks %d", trial, t);
+        }
+}
+
+int main() {
+        int failed = 0;
+
+        /* conv1 (K 147 padded to 152), a 3x3 s1, a 3x3 s2, a strided 1x1
+         * downsample, odd sizes, a padded row of even words */
+        check_im2col(2, 224, 224, 3, 7, 2, 3, 152);
+        check_im2col(2, 9, 7, 8, 3, 1, 1, 72);
+        check_im2col(3, 10, 10, 4, 3, 2, 1, 36);
+        check_im2col(2, 8, 8, 16, 1, 2, 0, 16);
+        check_im2col(1, 7, 7, 12, 3, 1, 1, 108);
+        check_im2col(2, 6, 5, 2, 3, 2, 1, 24);
+        report("im2col");
+        failed += fails > 0;
+        fails = 0;
+        check_pool(2, 112, 112, 8);
+        check_pool(3, 7, 9, 5);
+        report("pool");
+        failed += fails > 0;
+        fails = 0;
+        check_preprocess();
+        report("preprocess");
+        failed += fails > 0;
+        fails = 0;
+        check_topk_sort();
+        report("topk_sort");
+        failed += fails > 0;
+        return failed ? 1 : 0;
+}
