@@ -58,6 +58,14 @@ CUDA_NONE  := src/engine_cuda_none.c
 endif
 comma := ,
 
+# The build's configuration, kept in a stamp that changes only when it does:
+# objects and archives depend on it, so switching CUDA on or off (or the
+# architectures, or DEPS_PREFIX) rebuilds what it affects instead of linking a
+# stale archive.
+CONFIG_LINE  := NVCC=$(NVCC) CUDA_ARCH=$(CUDA_ARCH) DEPS_PREFIX=$(DEPS_PREFIX) CFLAGS=$(CFLAGS) WERROR=$(WERROR)
+CONFIG_STAMP := $(BUILD)/config.stamp
+$(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) || echo '$(CONFIG_LINE)' > $(CONFIG_STAMP); })
+
 # --- sources ---------------------------------------------------------------
 # The engine core needs no Kafka or systemd; everything else in src/ is the daemon's.
 CORE_SRCS := $(addprefix src/,errbuf.c units.c st.c model.c plan.c record.c engine.c engine_cpu.c \
@@ -86,21 +94,21 @@ else
 	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))"
 endif
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(if $(filter $(DAEMON_SRCS) $(PROG_SRCS) $(TOOL_SRCS) $(UNIT_SRCS),$<),$(DAEMON_CFLAGS)) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(ALL_NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/libinferd-core.a: $(CORE_OBJS)
+$(BUILD)/libinferd-core.a: $(CORE_OBJS) $(CONFIG_STAMP)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/libinferd-daemon.a: $(DAEMON_OBJS)
+$(BUILD)/libinferd-daemon.a: $(DAEMON_OBJS) $(CONFIG_STAMP)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
 $(BUILD)/inferd-run: $(BUILD)/src/inferd_run.o $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)

@@ -94,6 +94,7 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         s = ce->compute;
         dev = cuda_engine_slot_dev(ce, 0);
         CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
+        (void)cudaGetLastError();       /* a stale non-sticky error is not this step's launch failure */
 
         if (op == ENGINE_CUDA_OP_PREPROCESS) {
                 if (!formats)

@@ -219,6 +219,11 @@ static int upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
                                      cudaMemcpyHostToDevice),
                           what);
         }
+        /* cudaMemcpy from pageable memory may return before its last DMA
+         * lands, and it runs on the legacy stream, which the non-blocking
+         * compute stream does not wait for: finish it before any kernel
+         * reads the weights. */
+        CUDA_GOTO(cudaDeviceSynchronize(), "uploading the weights");
 fail:
         free(padded);
         free(host);
@@ -317,6 +322,10 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
          *    the driver allocates for us outside the arena. */
         snprintf(what, sizeof(what), "selecting CUDA device %d", e->device);
         CUDA_GOTO(cudaSetDevice(e->device), what);
+        /* A non-sticky error left on this thread by an earlier call (a failed
+         * open's cudaMalloc, say) would otherwise surface at the first
+         * kernel launch check (cudaGetLastError) as this open's failure. */
+        (void)cudaGetLastError();
         CUDA_GOTO(cudaFree(0), "initialising the CUDA context");
         CUDA_GOTO(cudaStreamCreateWithFlags(&ce->compute, cudaStreamNonBlocking), "creating the compute stream");
         for (int s = 0; s < ce->depth; s++) {
@@ -554,6 +563,10 @@ static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
                         if (c != cudaSuccess && c != cudaErrorNotReady)
                                 return cuda_fail(ce, c, "the GPU failed while running a batch", err);
                 }
+                /* A NotReady answer may also be recorded as the thread's last
+                 * error; clear it so that a later launch check on this
+                 * thread (debug steps, the next open) does not report it. */
+                (void)cudaGetLastError();
                 return 0;
         }
 
@@ -566,6 +579,8 @@ static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
         c = cudaStreamQuery(ce->copy[s]);
         if (c != cudaSuccess && c != cudaErrorNotReady)
                 return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+        if (c == cudaErrorNotReady)
+                (void)cudaGetLastError();       /* as above: not an error */
         *slot = s;
         return 1;
 }

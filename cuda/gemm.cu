@@ -55,6 +55,7 @@ int cuda_gemm_run(cublasLtHandle_t lt, cudaStream_t s, const cuda_gemm_t *g, voi
         uint64_t ws = workspace_bytes;
         uint32_t al_a, al_w, al_c, al_d;
         float alpha = 1.0f, beta;
+        cublasStatus_t hs;
         int found = 0, r = 0;
 
         assert(lt && g && g->a && g->w && g->d);
@@ -109,7 +110,14 @@ int cuda_gemm_run(cublasLtHandle_t lt, cudaStream_t s, const cuda_gemm_t *g, voi
                                                      sizeof(al_d)),
                 "GEMM alignment of D");
 
-        LT_GOTO(cublasLtMatmulAlgoGetHeuristic(lt, op, lw, la, ld, ld, pref, 1, &heur, &found), "GEMM heuristic");
+        /* NOT_SUPPORTED from the heuristic and a result whose state is not
+         * SUCCESS both mean "no algorithm": report the shape (-ENOTSUP). */
+        hs = cublasLtMatmulAlgoGetHeuristic(lt, op, lw, la, ld, ld, pref, 1, &heur, &found);
+        if (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
+            (hs == CUBLAS_STATUS_SUCCESS && found >= 1 && heur.state != CUBLAS_STATUS_SUCCESS))
+                found = 0;
+        else
+                LT_GOTO(hs, "GEMM heuristic");
         if (found < 1) {
                 r = errbuf_set(err, -ENOTSUP,
                                "cuBLASLt offers no algorithm for a %s GEMM of m=%lld n=%lld k=%lld (lda %lld)",
