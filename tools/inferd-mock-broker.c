@@ -1,0 +1,293 @@
+/* inferd-mock-broker: an embedded Kafka cluster for the demo and the tests.
+ *
+ *   inferd-mock-broker [--brokers N] [--topic NAME:PARTITIONS]...
+ *
+ * It is librdkafka's own mock cluster, which speaks the real Kafka protocol on
+ * loopback, so any client (kcat, librdkafka, the daemon) can use it. The
+ * bootstrap address is the first line on stdout; then it runs until SIGTERM or
+ * SIGINT. A test can take brokers down and bring them back:
+ *   SIGUSR1 / SIGUSR2        every broker down / up;
+ *   stdin "down" / "up"      every broker down / up;
+ *   stdin "down N" / "up N"  broker N (ids are 1..brokers) down / up;
+ * each acknowledged by one line on stdout ("brokers down", "broker 2 up"), or
+ * "error: ..." for a line it does not understand. End of stdin is not a stop.
+ *
+ * It is not a Kafka server for real data: everything lives in memory and is
+ * lost at exit, and the Admin API (CreateTopics) is not supported by the mock;
+ * topics come from --topic or from a producer's auto-creation. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#define MOCK_MAX_BROKERS 16
+#define MOCK_MAX_TOPICS 64
+#define MOCK_MAX_PARTITIONS 1024
+
+typedef struct mock_topic {
+        char name[250];                 /* Kafka's limit is 249 characters */
+        int partitions;
+} mock_topic_t;
+
+typedef struct mock {
+        rd_kafka_t *rk;                 /* owns the cluster's bookkeeping */
+        rd_kafka_mock_cluster_t *cluster;
+        int brokers;
+} mock_t;
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "usage: inferd-mock-broker [--brokers N] [--topic NAME:PARTITIONS]...\n"
+                "Runs librdkafka's mock Kafka cluster on loopback and prints its bootstrap\n"
+                "address as the first line. SIGUSR1/SIGUSR2 or \"down [N]\"/\"up [N]\" on stdin\n"
+                "take brokers down and up. SIGTERM or SIGINT stops it.\n");
+}
+
+/* Parses "NAME:PARTITIONS". Returns 0 or -EINVAL. */
+static int parse_topic(const char *s, mock_topic_t *t) {
+        const char *colon = strrchr(s, ':');
+        char *end;
+        long n;
+
+        if (!colon || colon == s || (size_t)(colon - s) >= sizeof(t->name))
+                return -EINVAL;
+        errno = 0;
+        n = strtol(colon + 1, &end, 10);
+        if (errno || end == colon + 1 || *end || n < 1 || n > MOCK_MAX_PARTITIONS)
+                return -EINVAL;
+        memcpy(t->name, s, (size_t)(colon - s));
+        t->name[colon - s] = '\0';
+        t->partitions = (int)n;
+        return 0;
+}
+
+/* Sets broker id (-1 = all) up or down and acknowledges on stdout. */
+static void mock_set(mock_t *m, int id, int up) {
+        rd_kafka_resp_err_t e;
+
+        e = up ? rd_kafka_mock_broker_set_up(m->cluster, id)
+               : rd_kafka_mock_broker_set_down(m->cluster, id);
+        if (e)
+                printf("error: %s\n", rd_kafka_err2str(e));
+        else if (id < 0)
+                printf("brokers %s\n", up ? "up" : "down");
+        else
+                printf("broker %d %s\n", id, up ? "up" : "down");
+        fflush(stdout);
+}
+
+/* One command line from stdin (without its newline). */
+static void mock_command(mock_t *m, char *line) {
+        char word[16], extra;
+        int id = -1, n, up;
+
+        n = sscanf(line, "%15s %d %c", word, &id, &extra);
+        if (n < 1)
+                return;         /* blank line */
+        if (strcmp(word, "down") == 0)
+                up = 0;
+        else if (strcmp(word, "up") == 0)
+                up = 1;
+        else
+                goto bad;
+        if (n == 1)
+                id = -1;
+        else if (n != 2 || id < 1 || id > m->brokers)
+                goto bad;
+        mock_set(m, id, up);
+        return;
+bad:
+        printf("error: '%s' is not \"down\", \"up\", \"down N\" or \"up N\" with N in 1..%d\n",
+               line, m->brokers);
+        fflush(stdout);
+}
+
+/* Reads what stdin has; runs every complete line. Returns 0, or 1 at EOF. */
+static int mock_read_stdin(mock_t *m, char *buf, size_t cap, size_t *len) {
+        ssize_t k = read(STDIN_FILENO, buf + *len, cap - 1 - *len);
+        char *nl;
+
+        if (k < 0)
+                return errno == EINTR || errno == EAGAIN ? 0 : 1;
+        if (k == 0)
+                return 1;
+        *len += (size_t)k;
+        buf[*len] = '\0';
+        while ((nl = strchr(buf, '\n'))) {
+                *nl = '\0';
+                mock_command(m, buf);
+                *len -= (size_t)(nl + 1 - buf);
+                memmove(buf, nl + 1, *len + 1);
+        }
+        if (*len == cap - 1) {  /* a line longer than any command: drop it */
+                printf("error: line too long\n");
+                fflush(stdout);
+                *len = 0;
+        }
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "brokers", required_argument, NULL, 'b' },
+                { "topic", required_argument, NULL, 't' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        mock_topic_t topics[MOCK_MAX_TOPICS];
+        int ntopics = 0, c, sfd = -1, r = 1, stdin_open = 1;
+        mock_t m = { .brokers = 1 };
+        rd_kafka_conf_t *conf = NULL;
+        char errstr[512], line[256];
+        size_t line_len = 0;
+        sigset_t mask;
+
+        /* A closed stdin/stdout/stderr would hand its number to the
+         * signalfd below, which would then be read as commands: keep them
+         * taken. */
+        for (int fd = 0; fd <= 2; fd++)
+                if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) {
+                        perror("inferd-mock-broker: /dev/null");
+                        return 1;
+                }
+
+        while ((c = getopt_long(argc, argv, "b:t:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'b': {
+                        char *end;
+                        long n;
+
+                        errno = 0;
+                        n = strtol(optarg, &end, 10);
+                        if (errno || end == optarg || *end || n < 1 || n > MOCK_MAX_BROKERS) {
+                                fprintf(stderr, "inferd-mock-broker: --brokers '%s' is not in 1..%d\n",
+                                        optarg, MOCK_MAX_BROKERS);
+                                return 2;
+                        }
+                        m.brokers = (int)n;
+                        break;
+                }
+                case 't':
+                        if (ntopics == MOCK_MAX_TOPICS) {
+                                fprintf(stderr, "inferd-mock-broker: more than %d topics\n", MOCK_MAX_TOPICS);
+                                return 2;
+                        }
+                        if (parse_topic(optarg, &topics[ntopics]) < 0) {
+                                fprintf(stderr,
+                                        "inferd-mock-broker: --topic '%s' is not NAME:PARTITIONS "
+                                        "with PARTITIONS in 1..%d\n", optarg, MOCK_MAX_PARTITIONS);
+                                return 2;
+                        }
+                        ntopics++;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "inferd-mock-broker: unexpected argument '%s'\n", argv[optind]);
+                return 2;
+        }
+
+        /* Blocked before librdkafka starts its threads, so that they inherit
+         * the mask and the signals reach only the signalfd. */
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGUSR1);
+        sigaddset(&mask, SIGUSR2);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
+                perror("inferd-mock-broker: sigprocmask");
+                return 1;
+        }
+        /* A reader of stdout that went away must not take the cluster
+         * down with it: an acknowledgement then fails quietly. */
+        signal(SIGPIPE, SIG_IGN);
+        sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+        if (sfd < 0) {
+                perror("inferd-mock-broker: signalfd");
+                return 1;
+        }
+
+        conf = rd_kafka_conf_new();
+        /* The handle only hosts the cluster and never connects: without this,
+         * librdkafka warns that no bootstrap.servers is configured. */
+        rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr));
+        m.rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        if (!m.rk) {
+                rd_kafka_conf_destroy(conf);
+                fprintf(stderr, "inferd-mock-broker: Failed to create the librdkafka handle: %s\n", errstr);
+                goto out;
+        }
+        conf = NULL;    /* owned by m.rk now */
+
+        m.cluster = rd_kafka_mock_cluster_new(m.rk, m.brokers);
+        if (!m.cluster) {
+                fprintf(stderr, "inferd-mock-broker: Failed to create the mock cluster\n");
+                goto out;
+        }
+        for (int i = 0; i < ntopics; i++) {
+                int replicas = m.brokers < 3 ? m.brokers : 3;
+                rd_kafka_resp_err_t e;
+
+                e = rd_kafka_mock_topic_create(m.cluster, topics[i].name, topics[i].partitions, replicas);
+                if (e) {
+                        fprintf(stderr, "inferd-mock-broker: Failed to create topic '%s': %s\n",
+                                topics[i].name, rd_kafka_err2str(e));
+                        goto out;
+                }
+        }
+
+        printf("%s\n", rd_kafka_mock_cluster_bootstraps(m.cluster));
+        fflush(stdout);
+
+        for (;;) {
+                struct pollfd p[2] = {
+                        { .fd = sfd, .events = POLLIN },
+                        { .fd = stdin_open ? STDIN_FILENO : -1, .events = POLLIN },
+                };
+                struct signalfd_siginfo si;
+
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        perror("inferd-mock-broker: poll");
+                        goto out;
+                }
+                if (p[1].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
+                        if (mock_read_stdin(&m, line, sizeof(line), &line_len))
+                                stdin_open = 0;
+                if (!(p[0].revents & POLLIN))
+                        continue;
+                if (read(sfd, &si, sizeof(si)) != sizeof(si))
+                        continue;
+                if (si.ssi_signo == SIGUSR1)
+                        mock_set(&m, -1, 0);
+                else if (si.ssi_signo == SIGUSR2)
+                        mock_set(&m, -1, 1);
+                else
+                        break;  /* SIGTERM, SIGINT */
+        }
+        r = 0;
+out:
+        if (m.cluster)
+                rd_kafka_mock_cluster_destroy(m.cluster);
+        if (m.rk)
+                rd_kafka_destroy(m.rk);
+        if (sfd >= 0)
+                close(sfd);
+        return r;
+}

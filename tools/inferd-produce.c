@@ -1,0 +1,524 @@
+/* inferd-produce: a load producer for the daemon's tests, demo and benchmarks.
+ *
+ *   inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]
+ *                  [--format rgb8|f32|mixed] [--bad-fraction F] [--keys PREFIX]
+ *                  [--seed S] [--content-type-header yes|no|mixed]
+ *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
+ *
+ * It produces N records of the two raw input formats (src/record.h) with keys
+ * PREFIX-<i>, a correlation-id header, and a header inferd-test-expect naming
+ * the outcome the daemon must reach: "ok", or the DLQ code of a deliberately
+ * bad record (bad-size, bad-content-type, decode-failed, too-large). Exactly
+ * floor(N * F) records are bad, spread evenly and cycling through the four
+ * kinds. The values are a pure function of (seed, i), so a run can be
+ * repeated. The default payload ("tiles", 16x16 blocks of one colour) and
+ * zstd compression keep records small in a broker's log: librdkafka's mock
+ * cluster keeps only the last 5 MiB of each partition, which is 34 random
+ * RGB8 records. It waits for every delivery report and prints one JSON line:
+ * counts by kind and format, deliveries, and records/s. The producer is
+ * idempotent. Exit status: 0 when every record was delivered, 1 otherwise,
+ * 2 for bad arguments.
+ *
+ * It is not a benchmark of the daemon by itself, and it never reads back. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "record.h"
+
+typedef enum produce_kind {
+        KIND_OK,
+        KIND_BAD_SIZE,
+        KIND_BAD_CONTENT_TYPE,
+        KIND_DECODE_FAILED,
+        KIND_TOO_LARGE,
+        KIND_COUNT,
+} produce_kind_t;
+
+static const char *const kind_names[KIND_COUNT] = {
+        "ok", RECORD_ERR_BAD_SIZE, RECORD_ERR_BAD_CONTENT_TYPE, RECORD_ERR_DECODE_FAILED, RECORD_ERR_TOO_LARGE,
+};
+
+typedef enum produce_choice { CHOICE_NO, CHOICE_YES, CHOICE_MIXED } produce_choice_t;
+typedef enum produce_format { FORMAT_RGB8, FORMAT_F32, FORMAT_MIXED } produce_format_t;
+typedef enum produce_payload { PAYLOAD_TILES, PAYLOAD_RANDOM } produce_payload_t;
+
+typedef struct produce_opts {
+        const char *brokers;
+        const char *topic;
+        const char *keys;
+        long count;
+        double rate_per_s;              /* 0 = as fast as librdkafka takes them */
+        produce_format_t format;
+        produce_payload_t payload;
+        double bad_fraction;
+        uint64_t seed;
+        produce_choice_t content_type;
+        int timeout_s;                  /* for the final flush */
+} produce_opts_t;
+
+typedef struct produce_stats {
+        long kind[KIND_COUNT];
+        long rgb8, f32;                 /* good records by format */
+        long with_content_type;
+        long delivered, failed;
+        uint64_t bytes;
+        char first_error[256];
+} produce_stats_t;
+
+/* splitmix64: a fresh, independent stream per (seed, record). */
+static uint64_t mix64(uint64_t x) {
+        x += 0x9e3779b97f4a7c15ULL;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+        return x ^ (x >> 31);
+}
+
+static uint64_t next64(uint64_t *s) {
+        *s += 0x9e3779b97f4a7c15ULL;
+        return mix64(*s);
+}
+
+static void fill_bytes(uint8_t *p, size_t n, uint64_t *s) {
+        size_t i = 0;
+
+        for (; i + 8 <= n; i += 8) {
+                uint64_t v = next64(s);
+
+                memcpy(p + i, &v, 8);
+        }
+        if (i < n) {
+                uint64_t v = next64(s);
+
+                memcpy(p + i, &v, n - i);
+        }
+}
+
+/* (3, 224, 224) float32, little-endian (as the host is), roughly what a
+ * normalised image holds: uniform in [-2.5, 2.5). */
+static float rand_f32(uint64_t *s) {
+        return (float)((next64(s) >> 40) * (5.0 / 16777216.0)) - 2.5f;
+}
+
+static void fill_f32(float *p, size_t n, uint64_t *s) {
+        for (size_t i = 0; i < n; i++)
+                p[i] = rand_f32(s);
+}
+
+/* "tiles": 16x16 blocks of one random colour each, so that a record
+ * compresses well (librdkafka's mock partitions keep only their last 5 MiB,
+ * counted compressed) while every record still differs. */
+#define TILE 16
+static void fill_rgb8_tiles(uint8_t *p /* (224, 224, 3) HWC */, uint64_t *s) {
+        uint8_t colour[224 / TILE][224 / TILE][3];
+
+        for (int ty = 0; ty < 224 / TILE; ty++)
+                for (int tx = 0; tx < 224 / TILE; tx++) {
+                        uint64_t v = next64(s);
+
+                        memcpy(colour[ty][tx], &v, 3);
+                }
+        for (int y = 0; y < 224; y++)
+                for (int x = 0; x < 224; x++)
+                        memcpy(p + ((size_t)y * 224 + x) * 3, colour[y / TILE][x / TILE], 3);
+}
+
+static void fill_f32_tiles(float *p /* (3, 224, 224) CHW */, uint64_t *s) {
+        float value[3][224 / TILE][224 / TILE];
+
+        for (int c = 0; c < 3; c++)
+                for (int ty = 0; ty < 224 / TILE; ty++)
+                        for (int tx = 0; tx < 224 / TILE; tx++)
+                                value[c][ty][tx] = rand_f32(s);
+        for (int c = 0; c < 3; c++)
+                for (int y = 0; y < 224; y++)
+                        for (int x = 0; x < 224; x++)
+                                p[((size_t)c * 224 + y) * 224 + x] = value[c][y / TILE][x / TILE];
+}
+
+static double now_s(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The delivery report: rkm->_private is the record's kind, unused here but
+ * kept so that a failure could be attributed. */
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *opaque) {
+        produce_stats_t *st = opaque;
+
+        (void)rk;
+        if (rkm->err) {
+                if (!st->failed)
+                        snprintf(st->first_error, sizeof(st->first_error), "%s", rd_kafka_err2str(rkm->err));
+                st->failed++;
+        } else {
+                st->delivered++;
+        }
+}
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "usage: inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]\n"
+                "                      [--format rgb8|f32|mixed] [--bad-fraction F] [--keys PREFIX]\n"
+                "                      [--seed S] [--content-type-header yes|no|mixed]\n"
+                "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
+                "Produces N image records (224x224 RGB8 or float32 CHW) with keys PREFIX-<i>, a\n"
+                "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
+                "prints a JSON summary. Defaults: --count 100, --format rgb8, --keys rec, --seed 1,\n"
+                "--content-type-header yes, --payload tiles (16x16 blocks of one colour: compressible),\n"
+                "--timeout-s 60, and -X compression.type=zstd.\n");
+}
+
+static int parse_long(const char *s, long min, long max, long *ret) {
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < min || v > max)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+static int parse_double(const char *s, double min, double max, double *ret) {
+        char *end;
+        double v;
+
+        errno = 0;
+        v = strtod(s, &end);
+        if (errno || end == s || *end || !(v >= min && v <= max))
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+/* Which kind record i is: bad when floor((i+1)F) > floor(iF), so exactly
+ * floor(N F) of N are bad, evenly spread; bad ones cycle through the kinds. */
+static produce_kind_t record_kind(long i, double f) {
+        long before = (long)floor((double)i * f), after = (long)floor((double)(i + 1) * f);
+
+        if (after == before)
+                return KIND_OK;
+        return (produce_kind_t)(1 + before % (KIND_COUNT - 1));
+}
+
+/* Makes record i into buf; returns its length and sets *ct (NULL = no
+ * content-type header). */
+static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, uint8_t *buf, const char **ct,
+                          produce_stats_t *st) {
+        uint64_t s = mix64(o->seed ^ mix64((uint64_t)i + 1));
+        int header = o->content_type == CHOICE_YES || (o->content_type == CHOICE_MIXED && (next64(&s) & 1));
+        produce_format_t fmt = o->format;
+        size_t len;
+
+        if (fmt == FORMAT_MIXED)
+                fmt = (next64(&s) & 2) ? FORMAT_F32 : FORMAT_RGB8;
+        switch (kind) {
+        case KIND_OK:
+                if (fmt == FORMAT_RGB8) {
+                        len = RECORD_RGB8_BYTES;
+                        if (o->payload == PAYLOAD_TILES)
+                                fill_rgb8_tiles(buf, &s);
+                        else
+                                fill_bytes(buf, len, &s);
+                        *ct = header ? "image/x-rgb8" : NULL;
+                        st->rgb8++;
+                } else {
+                        len = RECORD_F32_CHW_BYTES;
+                        if (o->payload == PAYLOAD_TILES)
+                                fill_f32_tiles((float *)buf, &s);
+                        else
+                                fill_f32((float *)buf, len / sizeof(float), &s);
+                        *ct = header ? "application/x-float32-chw" : NULL;
+                        st->f32++;
+                }
+                break;
+        case KIND_BAD_SIZE:
+                /* Declared RGB8 or sniffed, either way the wrong length. */
+                len = 1000 + next64(&s) % 10000;
+                if (o->payload == PAYLOAD_TILES)
+                        memset(buf, 0x5a, len);
+                else
+                        fill_bytes(buf, len, &s);
+                buf[0] = 0;             /* no image signature */
+                *ct = header ? "image/x-rgb8" : NULL;
+                break;
+        case KIND_BAD_CONTENT_TYPE:
+                /* Needs the header whatever --content-type-header says. */
+                len = RECORD_RGB8_BYTES;
+                if (o->payload == PAYLOAD_TILES)
+                        fill_rgb8_tiles(buf, &s);
+                else
+                        fill_bytes(buf, len, &s);
+                *ct = "application/x-inferd-unknown";
+                break;
+        case KIND_DECODE_FAILED: {
+                static const uint8_t jfif[] = { 0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0x00 };
+
+                len = 2000 + next64(&s) % 20000;
+                if (o->payload == PAYLOAD_TILES)
+                        memset(buf, 0x5a, len);
+                else
+                        fill_bytes(buf, len, &s);
+                memcpy(buf, jfif, sizeof(jfif));
+                *ct = header ? "image/jpeg" : NULL;
+                break;
+        }
+        case KIND_TOO_LARGE:
+                len = RECORD_MAX_BYTES + 1 + next64(&s) % 65536;
+                if (o->payload == PAYLOAD_TILES)
+                        memset(buf, 0x5a, len);
+                else
+                        fill_bytes(buf, len, &s);
+                buf[0] = 0;
+                *ct = header ? "image/x-rgb8" : NULL;
+                break;
+        default:
+                abort();
+        }
+        if (*ct)
+                st->with_content_type++;
+        return len;
+}
+
+static int produce_one(rd_kafka_t *rk, const produce_opts_t *o, long i, produce_kind_t kind, const uint8_t *buf,
+                       size_t len, const char *ct) {
+        char key[256], cid[300];
+        rd_kafka_headers_t *h = rd_kafka_headers_new(3);
+        rd_kafka_resp_err_t e;
+
+        snprintf(key, sizeof(key), "%s-%ld", o->keys, i);
+        snprintf(cid, sizeof(cid), "cid-%" PRIu64 "-%s", o->seed, key);
+        rd_kafka_header_add(h, "correlation-id", -1, cid, -1);
+        rd_kafka_header_add(h, "inferd-test-expect", -1, kind_names[kind], -1);
+        if (ct)
+                rd_kafka_header_add(h, "content-type", -1, ct, -1);
+        for (;;) {
+                e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, strlen(key)),
+                                      RD_KAFKA_V_VALUE((void *)buf, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+                if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                        break;
+                rd_kafka_poll(rk, 100);         /* serve delivery reports to make room */
+        }
+        if (e) {
+                rd_kafka_headers_destroy(h);    /* not taken on failure */
+                fprintf(stderr, "inferd-produce: Failed to produce record %ld: %s\n", i, rd_kafka_err2str(e));
+                return -EIO;
+        }
+        return 0;       /* h is owned by the message now */
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "brokers", required_argument, NULL, 'b' },
+                { "topic", required_argument, NULL, 't' },
+                { "count", required_argument, NULL, 'n' },
+                { "rate", required_argument, NULL, 'r' },
+                { "format", required_argument, NULL, 'f' },
+                { "bad-fraction", required_argument, NULL, 'F' },
+                { "keys", required_argument, NULL, 'k' },
+                { "seed", required_argument, NULL, 's' },
+                { "content-type-header", required_argument, NULL, 'H' },
+                { "timeout-s", required_argument, NULL, 'T' },
+                { "payload", required_argument, NULL, 'P' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        produce_opts_t o = { .keys = "rec", .count = 100, .seed = 1, .content_type = CHOICE_YES, .timeout_s = 60 };
+        produce_stats_t st = { { 0 } };
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk = NULL;
+        uint8_t *buf = NULL;
+        char errstr[512];
+        double t0, secs;
+        int c, r = 1, left;
+        long v;
+
+        /* zstd by default (-X compression.type=none undoes it): the tiles
+         * payload then takes a few KiB a record in the broker's log. */
+        if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                goto bad_conf;
+        while ((c = getopt_long(argc, argv, "b:t:n:r:f:F:k:s:H:T:P:X:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'b':
+                        o.brokers = optarg;
+                        break;
+                case 't':
+                        o.topic = optarg;
+                        break;
+                case 'n':
+                        if (parse_long(optarg, 0, 100000000, &o.count) < 0)
+                                goto bad_arg;
+                        break;
+                case 'r':
+                        if (parse_double(optarg, 0, 1e9, &o.rate_per_s) < 0)
+                                goto bad_arg;
+                        break;
+                case 'f':
+                        if (strcmp(optarg, "rgb8") == 0)
+                                o.format = FORMAT_RGB8;
+                        else if (strcmp(optarg, "f32") == 0)
+                                o.format = FORMAT_F32;
+                        else if (strcmp(optarg, "mixed") == 0)
+                                o.format = FORMAT_MIXED;
+                        else
+                                goto bad_arg;
+                        break;
+                case 'F':
+                        if (parse_double(optarg, 0, 1, &o.bad_fraction) < 0)
+                                goto bad_arg;
+                        break;
+                case 'k':
+                        if (!*optarg || strlen(optarg) > 200)
+                                goto bad_arg;
+                        o.keys = optarg;
+                        break;
+                case 's':
+                        if (parse_long(optarg, 0, LONG_MAX, &v) < 0)
+                                goto bad_arg;
+                        o.seed = (uint64_t)v;
+                        break;
+                case 'H':
+                        if (strcmp(optarg, "yes") == 0)
+                                o.content_type = CHOICE_YES;
+                        else if (strcmp(optarg, "no") == 0)
+                                o.content_type = CHOICE_NO;
+                        else if (strcmp(optarg, "mixed") == 0)
+                                o.content_type = CHOICE_MIXED;
+                        else
+                                goto bad_arg;
+                        break;
+                case 'P':
+                        if (strcmp(optarg, "tiles") == 0)
+                                o.payload = PAYLOAD_TILES;
+                        else if (strcmp(optarg, "random") == 0)
+                                o.payload = PAYLOAD_RANDOM;
+                        else
+                                goto bad_arg;
+                        break;
+                case 'T':
+                        if (parse_long(optarg, 1, 86400, &v) < 0)
+                                goto bad_arg;
+                        o.timeout_s = (int)v;
+                        break;
+                case 'X': {
+                        char *eq = strchr(optarg, '=');
+
+                        if (!eq || eq == optarg)
+                                goto bad_arg;
+                        *eq = '\0';
+                        if (rd_kafka_conf_set(conf, optarg, eq + 1, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                                goto bad_conf;
+                        break;
+                }
+                case 'h':
+                        usage(stdout);
+                        rd_kafka_conf_destroy(conf);
+                        return 0;
+                default:
+                        usage(stderr);
+                        rd_kafka_conf_destroy(conf);
+                        return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "inferd-produce: unexpected argument '%s'\n", argv[optind]);
+                rd_kafka_conf_destroy(conf);
+                return 2;
+        }
+        if (!o.brokers || !o.topic) {
+                fprintf(stderr, "inferd-produce: -b BROKERS and -t TOPIC are required\n");
+                usage(stderr);
+                rd_kafka_conf_destroy(conf);
+                return 2;
+        }
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", o.brokers, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                goto bad_conf;
+        rd_kafka_conf_set_opaque(conf, &st);
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        if (!rk) {
+                fprintf(stderr, "inferd-produce: Failed to create the producer: %s\n", errstr);
+                rd_kafka_conf_destroy(conf);
+                return 1;
+        }
+        conf = NULL;    /* owned by rk now */
+
+        buf = malloc(RECORD_MAX_BYTES + 65536);
+        if (!buf) {
+                fprintf(stderr, "inferd-produce: out of memory\n");
+                goto out;
+        }
+
+        t0 = now_s();
+        for (long i = 0; i < o.count; i++) {
+                produce_kind_t kind = record_kind(i, o.bad_fraction);
+                const char *ct = NULL;
+                size_t len;
+
+                if (o.rate_per_s > 0) {
+                        /* Paced against the start, so that delays do not add up;
+                         * waiting is spent serving delivery reports. */
+                        double due = t0 + (double)i / o.rate_per_s, wait_s;
+
+                        while ((wait_s = due - now_s()) > 0)
+                                rd_kafka_poll(rk, (int)ceil(wait_s * 1000.0));
+                }
+                len = make_record(&o, i, kind, buf, &ct, &st);
+                if (produce_one(rk, &o, i, kind, buf, len, ct) < 0)
+                        goto out;
+                st.kind[kind]++;
+                st.bytes += len;
+                rd_kafka_poll(rk, 0);
+        }
+        rd_kafka_flush(rk, o.timeout_s * 1000);
+        secs = now_s() - t0;
+        left = rd_kafka_outq_len(rk);
+
+        printf("{\"topic\":\"%s\",\"records\":%ld,\"delivered\":%ld,\"failed\":%ld,\"undelivered\":%d,"
+               "\"ok\":%ld,\"bad-size\":%ld,\"bad-content-type\":%ld,\"decode-failed\":%ld,\"too-large\":%ld,"
+               "\"rgb8\":%ld,\"f32\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
+               "\"records_per_second\":%.1f}\n",
+               o.topic, o.count, st.delivered, st.failed, left, st.kind[KIND_OK], st.kind[KIND_BAD_SIZE],
+               st.kind[KIND_BAD_CONTENT_TYPE], st.kind[KIND_DECODE_FAILED], st.kind[KIND_TOO_LARGE], st.rgb8, st.f32,
+               st.with_content_type, st.bytes, secs, secs > 0 ? (double)st.delivered / secs : 0.0);
+        fflush(stdout);
+        if (st.failed)
+                fprintf(stderr, "inferd-produce: %ld records failed; the first: %s\n", st.failed, st.first_error);
+        if (left)
+                fprintf(stderr, "inferd-produce: %d records still undelivered after %d s\n", left, o.timeout_s);
+        r = st.delivered == o.count ? 0 : 1;
+out:
+        free(buf);
+        if (rk)
+                rd_kafka_destroy(rk);
+        return r;
+
+bad_arg:
+        for (const struct option *p = opts; p->name; p++)
+                if (p->val == c)
+                        fprintf(stderr, "inferd-produce: bad value '%s' for --%s\n", optarg, p->name);
+        if (c == 'X')
+                fprintf(stderr, "inferd-produce: -X '%s' is not PROPERTY=VALUE\n", optarg);
+        usage(stderr);
+        rd_kafka_conf_destroy(conf);
+        return 2;
+bad_conf:
+        fprintf(stderr, "inferd-produce: %s\n", errstr);
+        rd_kafka_conf_destroy(conf);
+        return 2;
+}
