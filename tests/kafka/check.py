@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""check: compares what kcat read back from the topics with what went in.
+
+Used by tests/kafka/run. Inputs are kcat dumps, one record per line:
+  input:       %p TAB %o TAB %k TAB %S TAB %h
+  predictions: %k TAB %h TAB %s
+  dlq:         %k TAB %S TAB %h
+Each subcommand prints one line and exits 0 (holds) or 1 (does not, with why).
+It checks records, not the daemon's logs.
+"""
+
+import collections
+import json
+import re
+import sys
+
+
+def headers(h):
+    """kcat's %h is name=value,name=value; values may hold commas, so only
+    the names we know are taken, each up to the next known name."""
+    out = {}
+    names = [m for m in re.finditer(r'(?:^|,)([a-z][a-z-]*)=', h)]
+    for i, m in enumerate(names):
+        end = names[i + 1].start() if i + 1 < len(names) else len(h)
+        out[m.group(1)] = h[m.end():end]
+    return out
+
+
+def read(path, fields):
+    rows = []
+    with open(path, encoding='utf-8', errors='replace') as f:
+        for line in f:
+            line = line.rstrip('\n')
+            if not line:
+                continue
+            parts = line.split('\t', fields - 1)
+            if len(parts) != fields:
+                continue
+            rows.append(parts)
+    return rows
+
+
+def inputs(path):
+    out = {}
+    for p, o, k, size, h in read(path, 5):
+        hd = headers(h)
+        out[k] = dict(partition=int(p), offset=int(o), size=int(size), expect=hd.get('inferd-test-expect', 'ok'),
+                      ct=hd.get('content-type'), cid=hd.get('correlation-id'))
+    return out
+
+
+def fail(why):
+    print(why)
+    sys.exit(1)
+
+
+def cmd_predictions(inp, pred, topic, top_k, allow_dups):
+    """Every good input key has exactly one prediction (or at least one when
+    allow_dups), with the source headers and a well-formed JSON value."""
+    src = inputs(inp)
+    good = {k for k, v in src.items() if v['expect'] == 'ok'}
+    seen = collections.Counter()
+    for k, h, value in read(pred, 3):
+        seen[k] += 1
+        if k not in good:
+            fail(f'prediction for key {k!r}, which was not a good input')
+        hd, s = headers(h), src[k]
+        if hd.get('inferd-source-topic') != topic:
+            fail(f'{k}: inferd-source-topic {hd.get("inferd-source-topic")!r}, expected {topic!r}')
+        if hd.get('inferd-source-partition') != str(s['partition']) or hd.get('inferd-source-offset') != str(s['offset']):
+            fail(f'{k}: source {hd.get("inferd-source-partition")}/{hd.get("inferd-source-offset")}, '
+                 f'expected {s["partition"]}/{s["offset"]}')
+        if s['cid'] is not None and hd.get('correlation-id') != s['cid']:
+            fail(f'{k}: correlation-id {hd.get("correlation-id")!r}, expected {s["cid"]!r}')
+        try:
+            j = json.loads(value)
+        except ValueError as e:
+            fail(f'{k}: value is not JSON ({e}): {value[:80]!r}')
+        top = j.get('top')
+        if not isinstance(top, list) or len(top) != top_k:
+            fail(f'{k}: "top" is not a list of {top_k}: {value[:120]!r}')
+        scores = [t['score'] for t in top]
+        if scores != sorted(scores, reverse=True) or not all(0 <= x <= 1 for x in scores):
+            fail(f'{k}: scores not descending probabilities: {scores}')
+        if not all(0 <= t['class'] < 1000 for t in top):
+            fail(f'{k}: class out of range')
+        for key in ('model', 'backend', 'precision', 'instance', 'latency_ms'):
+            if key not in j:
+                fail(f'{k}: "{key}" missing')
+    missing = sorted(good - set(seen))
+    if missing:
+        fail(f'{len(missing)} of {len(good)} good records have no prediction, e.g. {missing[:5]}')
+    dups = sum(n - 1 for n in seen.values() if n > 1)
+    if dups and not allow_dups:
+        fail(f'{dups} duplicate prediction(s), e.g. {[k for k, n in seen.items() if n > 1][:5]}')
+    print(f'{len(good)} good records, {len(good)} keys predicted, {dups} duplicate(s)')
+
+
+def cmd_dlq(inp, dlq):
+    """Every bad input is in the DLQ once, with its key, its size and the
+    inferd-error code the producer expected; no good record is there."""
+    src = inputs(inp)
+    bad = {k: v for k, v in src.items() if v['expect'] != 'ok'}
+    seen = collections.Counter()
+    codes = collections.Counter()
+    for k, size, h in read(dlq, 3):
+        seen[k] += 1
+        if k not in bad:
+            fail(f'DLQ holds {k!r}, which was a good record')
+        hd = headers(h)
+        if hd.get('inferd-error') != bad[k]['expect']:
+            fail(f'{k}: inferd-error {hd.get("inferd-error")!r}, expected {bad[k]["expect"]!r}')
+        if not hd.get('inferd-error-detail'):
+            fail(f'{k}: no inferd-error-detail')
+        if int(size) != bad[k]['size']:
+            fail(f'{k}: DLQ value of {size} bytes, the input had {bad[k]["size"]}')
+        codes[hd['inferd-error']] += 1
+    missing = sorted(set(bad) - set(seen))
+    if missing:
+        fail(f'{len(missing)} bad record(s) not in the DLQ, e.g. {missing[:5]}')
+    if any(n > 1 for n in seen.values()):
+        fail('a bad record is in the DLQ more than once')
+    print('DLQ codes: ' + ', '.join(f'{c}={n}' for c, n in sorted(codes.items())))
+
+
+def cmd_formats(inp, pred):
+    """Predictions exist for both raw formats, with and without content-type."""
+    src = inputs(inp)
+    got = {k for k, _, _ in read(pred, 3)}
+    kinds = collections.Counter()
+    for k in got:
+        s = src[k]
+        fmt = {150528: 'rgb8', 602112: 'f32'}.get(s['size'], '?')
+        kinds[(fmt, 'header' if s['ct'] else 'sniffed')] += 1
+    need = [('rgb8', 'header'), ('rgb8', 'sniffed'), ('f32', 'header'), ('f32', 'sniffed')]
+    absent = [n for n in need if not kinds[n]]
+    if absent:
+        fail(f'no prediction for {absent}; got {dict(kinds)}')
+    print(', '.join(f'{f}/{h}={kinds[(f, h)]}' for f, h in need))
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == 'predictions':
+        cmd_predictions(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), len(sys.argv) > 6)
+    elif cmd == 'dlq':
+        cmd_dlq(sys.argv[2], sys.argv[3])
+    elif cmd == 'formats':
+        cmd_formats(sys.argv[2], sys.argv[3])
+    else:
+        fail(f'unknown command {cmd}')
+
+
+if __name__ == '__main__':
+    main()

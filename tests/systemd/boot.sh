@@ -1,0 +1,25 @@
+# Runs as PID 1 of the private namespaces that tests/systemd/run makes, just
+# before systemd takes over (sh -c "$(cat boot.sh)": /tmp is replaced here).
+#
+# The namespaces share the host's filesystem, and a booting systemd sets up
+# what it believes is its own machine: systemd-tmpfiles would empty the host's
+# /tmp, systemd-sysctl would write the host's kernel settings, the journal
+# would land in the host's /var/log/journal. So: tmpfs over every directory
+# systemd or the test writes (/tmp, /var/tmp, the journal, systemd's state, and
+# the install targets /usr/local, /etc/inferd, /var/lib/inferd), and the units
+# that touch shared state masked by bind-mounting /dev/null over them. The
+# target is basic.target, so nothing else of the host's starts.
+set -e
+for d in /tmp /var/tmp /var/log/journal /var/lib/systemd /usr/local /etc/inferd /var/lib/inferd; do
+        mount -t tmpfs -o mode=0755 tmpfs "$d"
+done
+chmod 1777 /tmp /var/tmp
+for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service systemd-tmpfiles-clean.service \
+         systemd-tmpfiles-clean.timer systemd-sysctl.service systemd-modules-load.service systemd-binfmt.service \
+         proc-sys-fs-binfmt_misc.automount systemd-remount-fs.service systemd-random-seed.service \
+         systemd-firstboot.service systemd-udevd.service systemd-udev-trigger.service; do
+        if [ -e "/lib/systemd/system/$u" ]; then
+                mount --bind /dev/null "/lib/systemd/system/$u"
+        fi
+done
+exec env container=other /lib/systemd/systemd --system --unit=basic.target --log-target=console
