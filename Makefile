@@ -163,4 +163,7 @@ install: all
 clean:
 	rm -rf $(BUILD)
 
+# Keep the objects of tools/*.c, which make would otherwise delete as intermediates.
+.SECONDARY:
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
