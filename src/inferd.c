@@ -30,6 +30,7 @@ static void usage(FILE *f) {
                    "       inferd --check-config [-c FILE]\n"
                    "       inferd --plan [--json] [-c FILE]\n"
                    "       inferd --bench-pipeline [-c FILE]   (a benchmark: the model is not run)\n"
+                   "       inferd --print-config-reference     (every config key, as markdown)\n"
                    "\n"
                    "Consumes images from Kafka, classifies them with ResNet-50 and produces\n"
                    "predictions. FILE defaults to " CFG_DEFAULT_PATH ".\n");
@@ -91,13 +92,14 @@ static void block_signals_everywhere(char **argv) {
 }
 
 int main(int argc, char **argv) {
-        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE };
+        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE, ARG_REFERENCE };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK },
                 { "plan", no_argument, NULL, ARG_PLAN },
                 { "json", no_argument, NULL, ARG_JSON },
                 { "bench-pipeline", no_argument, NULL, ARG_BENCH_PIPELINE },
+                { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -125,6 +127,9 @@ int main(int argc, char **argv) {
                 case ARG_BENCH_PIPELINE:
                         bench_pipeline = true;
                         break;
+                case ARG_REFERENCE:
+                        /* docs/config.md is this output: the key table, documented. */
+                        return cfg_write_reference(stdout) < 0 ? 1 : 0;
                 case 'h':
                         usage(stdout);
                         return 0;
