@@ -9,11 +9,31 @@
 # the install targets /usr/local, /etc/inferd, /var/lib/inferd), and the units
 # that touch shared state masked by bind-mounting /dev/null over them. The
 # target is basic.target, so nothing else of the host's starts.
+#
+# KEEP_PATHS (from the environment) names folders that must stay visible
+# although they may lie under one of those directories: the checkout and its
+# build folder, which may well be in /tmp. Each is bind-mounted aside (on a
+# tmpfs over /mnt, private to these namespaces) before the tmpfs mounts and
+# bound back in place after them.
 set -e
-for d in /tmp /var/tmp /var/log/journal /var/lib/systemd /usr/local /etc/inferd /var/lib/inferd; do
+covered="/tmp /var/tmp /var/log/journal /var/lib/systemd /usr/local /etc/inferd /var/lib/inferd"
+mount -t tmpfs -o mode=0755 tmpfs /mnt
+n=0
+for p in ${KEEP_PATHS:-}; do
+        n=$((n + 1))
+        mkdir -p "/mnt/keep$n"
+        mount --bind "$p" "/mnt/keep$n"
+done
+for d in $covered; do
         mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
 chmod 1777 /tmp /var/tmp
+n=0
+for p in ${KEEP_PATHS:-}; do
+        n=$((n + 1))
+        mkdir -p "$p"
+        mount --bind "/mnt/keep$n" "$p"
+done
 for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service systemd-tmpfiles-clean.service \
          systemd-tmpfiles-clean.timer systemd-sysctl.service systemd-modules-load.service systemd-binfmt.service \
          proc-sys-fs-binfmt_misc.automount systemd-remount-fs.service systemd-random-seed.service \
