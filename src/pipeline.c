@@ -420,6 +420,12 @@ void pipeline_pump(daemon_t *d) {
                                 return;
                         }
                         blocked = true;
+                        /* Pause at once: librdkafka then drops what it had
+                         * prefetched for these partitions (it fetches again
+                         * from the held record on resume), so `held` stays at
+                         * the records taken before the pause, and the loop
+                         * goes on serving rebalances and other events. */
+                        pipeline_update_pause(d);
                 }
         }
         if (budget < 0)
