@@ -44,12 +44,11 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
                 warning[0] = '\0';
         if (o->top_k < 1 || o->top_k > ENGINE_TOPK_MAX)
                 return errbuf_set(err, -EINVAL, "top-k must be between 1 and %d, not %d", ENGINE_TOPK_MAX, o->top_k);
-        if (o->max_batch < 1)
-                return errbuf_set(err, -EINVAL, "the batch must be at least 1, not %d", o->max_batch);
-        if (o->pipeline_depth < 2)
-                return errbuf_set(err, -EINVAL, "the pipeline needs at least 2 slots, not %d", o->pipeline_depth);
+        /* max_batch and pipeline_depth are plan_make's to check. */
 
-        have_cuda = engine_cuda_probe(o->device, &device_total, why, sizeof(why)) > o->device;
+        /* Asking the driver initialises it: not for an explicit CPU engine. */
+        have_cuda = o->backend != BACKEND_CPU &&
+                    engine_cuda_probe(o->device, &device_total, why, sizeof(why)) > o->device;
         req->backend = o->backend;
         req->precision = o->precision;
         if (req->backend == BACKEND_AUTO) {
