@@ -6,10 +6,30 @@
 #   make demo       the main job on the embedded defaults
 #   make fuzz       the safetensors reader under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
+#   make install    the binaries, the unit and the configs under PREFIX (/usr/local)
 #
 # Variables: CUDA_ARCH="90 80" (compute capabilities), NVCC=path or NVCC= to
 # skip CUDA, WERROR= to drop -Werror, FUZZ_SECONDS=60.
 
+# --- first pass: the packages, then this Makefile again --------------------
+# The flags below come from pkg-config when the Makefile is read, so the
+# packages must be there before it is read. Every goal therefore runs in two
+# passes: this one installs what is missing (tools/install-deps: the build's
+# packages for make/install, everything for test/demo/fuzz), then runs make
+# again, which reads the flags afresh. DEPS_PREFIX (tools/gpu-check's
+# unpacked .debs) and clean install nothing.
+ifndef INFERD_DEPS_READY
+INSTALL_DEPS ?= tools/install-deps
+GOALS     := $(or $(MAKECMDGOALS),all)
+DEPS_KIND := $(if $(DEPS_PREFIX),,$(if $(filter test demo fuzz deps,$(GOALS)),all,$(if $(filter-out clean cuda-status,$(GOALS)),build)))
+.PHONY: $(GOALS)
+$(firstword $(GOALS)):
+	@$(if $(DEPS_KIND),$(INSTALL_DEPS) $(DEPS_KIND))
+	@$(if $(filter-out deps,$(GOALS)),$(MAKE) --no-print-directory INFERD_DEPS_READY=1 $(filter-out deps,$(GOALS)),:)
+$(wordlist 2,$(words $(GOALS)),$(GOALS)):
+	@:
+else
+# --- second pass: the build ---------------------------------------------------
 BUILD     ?= build
 CC        ?= cc
 CFLAGS    ?= -O3 -g
@@ -42,19 +62,32 @@ LDLIBS_CORE = $(CORE_LIBS) -lpthread -lm
 
 # --- CUDA detection -------------------------------------------------------
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+# The CUDA engine also needs cuBLASLt; a toolkit without it (only nvcc and
+# cudart) builds the CPU engine, and says so. CUBLAS_HOME points at a cuBLAS
+# installed apart from the toolkit (include/cublasLt.h, lib/ or lib64/).
 ifneq ($(strip $(NVCC)),)
-CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_HOME  := $(or $(CUDA_HOME),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
+CUBLAS_HOME := $(or $(CUBLAS_HOME),$(CUDA_HOME))
+CUBLAS_INC := $(firstword $(wildcard $(CUBLAS_HOME)/include/cublasLt.h $(CUBLAS_HOME)/targets/x86_64-linux/include/cublasLt.h))
+CUBLAS_LIB := $(firstword $(wildcard $(CUBLAS_HOME)/lib64/libcublasLt.so $(CUBLAS_HOME)/lib/libcublasLt.so $(CUBLAS_HOME)/targets/x86_64-linux/lib/libcublasLt.so))
+ifeq ($(and $(CUBLAS_INC),$(CUBLAS_LIB)),)
+NO_CUBLAS_NVCC := $(NVCC)
+override NVCC :=
+endif
+endif
+ifneq ($(strip $(NVCC)),)
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS  ?= -O3 -lineinfo
-ALL_NVCCFLAGS = -std=c++17 $(NVCCFLAGS) $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP -Isrc -Icuda $(CORE_CFLAGS)
+ALL_NVCCFLAGS = -std=c++17 $(NVCCFLAGS) $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP -Isrc -Icuda -I$(dir $(CUBLAS_INC)) $(CORE_CFLAGS)
 CUDA_SRCS  := $(wildcard cuda/*.cu)
 CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
-CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+CUDA_LIBS  := -L$(dir $(CUBLAS_LIB)) -Wl,-rpath,$(dir $(CUBLAS_LIB)) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+              -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 CUDA_NONE  :=
 else
 CUDA_OBJS  :=
 CUDA_LIBS  :=
-CUDA_NONE  := src/engine_cuda_none.c
+CUDA_NONE  := src/engine/engine_cuda_none.c
 endif
 comma := ,
 
@@ -62,16 +95,22 @@ comma := ,
 # objects and archives depend on it, so switching CUDA on or off (or the
 # architectures, or DEPS_PREFIX) rebuilds what it affects instead of linking a
 # stale archive.
-CONFIG_LINE  := NVCC=$(NVCC) CUDA_ARCH=$(CUDA_ARCH) DEPS_PREFIX=$(DEPS_PREFIX) CFLAGS=$(CFLAGS) WERROR=$(WERROR)
+CONFIG_LINE  := NVCC=$(NVCC) CUBLAS=$(CUBLAS_INC) CUDA_ARCH=$(CUDA_ARCH) DEPS_PREFIX=$(DEPS_PREFIX) CFLAGS=$(CFLAGS) WERROR=$(WERROR)
 CONFIG_STAMP := $(BUILD)/config.stamp
 $(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) || echo '$(CONFIG_LINE)' > $(CONFIG_STAMP); })
 
 # --- sources ---------------------------------------------------------------
-# The engine core needs no Kafka or systemd; everything else in src/ is the daemon's.
-CORE_SRCS := $(addprefix src/,errbuf.c units.c st.c model.c plan.c record.c engine.c engine_cpu.c \
-             cpu_ops.c engine_cuda_plan.c prediction.c labels.c) $(CUDA_NONE)
-PROG_SRCS := src/inferd_run.c src/inferd.c
-DAEMON_SRCS := $(filter-out $(CORE_SRCS) $(PROG_SRCS) src/engine_cuda_none.c,$(wildcard src/*.c))
+# One folder per layer; each uses only the layers listed before it.
+#   src/core     safetensors, model, plan, records, labels, units, errbuf
+#   src/engine   the engine interface, the CPU engine and its ops, the CUDA plan terms
+#   cuda/        the CUDA engine (when nvcc is found)
+#   src/daemon   the loop, pipeline, Kafka, batch, config, log
+#   src/cmd      the mains
+# The core and engine layers need no Kafka or systemd and make libinferd-core.a;
+# the daemon layer makes libinferd-daemon.a.
+CORE_SRCS := $(wildcard src/core/*.c) $(filter-out src/engine/engine_cuda_none.c,$(wildcard src/engine/*.c)) $(CUDA_NONE)
+PROG_SRCS := $(wildcard src/cmd/*.c)
+DAEMON_SRCS := $(wildcard src/daemon/*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
@@ -80,7 +119,7 @@ CORE_OBJS   := $(CORE_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS)
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
 
-PROGRAMS := $(BUILD)/inferd-run $(if $(wildcard src/inferd.c),$(BUILD)/inferd) $(TOOLS)
+PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
 .PHONY: all engine test unit demo fuzz deps clean install cuda-status
@@ -88,7 +127,9 @@ all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(B
 engine: cuda-status $(ENGINE_PROGRAMS)
 
 cuda-status:
-ifeq ($(strip $(NVCC)),)
+ifneq ($(NO_CUBLAS_NVCC),)
+	@echo "nvcc found ($(NO_CUBLAS_NVCC)) but not cuBLASLt (cublasLt.h and libcublasLt.so under $(CUBLAS_HOME); set CUBLAS_HOME), skipping CUDA: building the CPU engine only"
+else ifeq ($(strip $(NVCC)),)
 	@echo "nvcc not found, skipping CUDA: building the CPU engine only"
 else
 	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))"
@@ -110,10 +151,10 @@ $(BUILD)/libinferd-daemon.a: $(DAEMON_OBJS) $(CONFIG_STAMP)
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/inferd-run: $(BUILD)/src/inferd_run.o $(BUILD)/libinferd-core.a
+$(BUILD)/inferd-run: $(BUILD)/src/cmd/inferd_run.o $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)
 
-$(BUILD)/inferd: $(BUILD)/src/inferd.o $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
+$(BUILD)/inferd: $(BUILD)/src/cmd/inferd.o $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(DAEMON_LIBS) $(CUDA_LIBS) $(LDLIBS_CORE)
 
 $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libinferd-daemon.a $(BUILD)/libinferd-core.a
@@ -135,18 +176,18 @@ $(BUILD)/tests/unit-tests: $(UNIT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libinferd-daem
 $(BUILD)/tests/gpu-tests: $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS) $(BUILD)/libinferd-core.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_CORE)
 
-test: deps all
+test: all
 	tests/run
 
-demo: deps all
+demo: all
 	tools/demo
 
 # libFuzzer needs clang; the reader and its error path are all it links.
-fuzz: deps
+fuzz:
 	tools/fuzz $(FUZZ_SECONDS)
 
 deps:
-	@tools/install-deps
+	@:
 
 # The unit's /usr/local/bin becomes $(PREFIX)/bin; configs already under
 # $(SYSCONFDIR)/inferd are never overwritten.
@@ -167,3 +208,4 @@ clean:
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+endif

@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "errbuf.h"
+#include "core/errbuf.h"
 }
 
 #define CUDA_RETURN(call, what)                                                                         \

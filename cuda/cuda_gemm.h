@@ -23,8 +23,8 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "errbuf.h"
-#include "plan.h"
+#include "core/errbuf.h"
+#include "core/plan.h"
 }
 
 typedef struct cuda_gemm {

@@ -14,9 +14,9 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "engine.h"
-#include "errbuf.h"
-#include "plan.h"
+#include "engine/engine.h"
+#include "core/errbuf.h"
+#include "core/plan.h"
 }
 
 /* preprocess.cu: n raw records -> the network input.

@@ -25,8 +25,8 @@
 #include "engine_cuda_impl.h"
 
 extern "C" {
-#include "record.h"
-#include "units.h"
+#include "core/record.h"
+#include "core/units.h"
 }
 
 extern "C" const int engine_cuda_built = 1;

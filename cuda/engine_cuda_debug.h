@@ -19,9 +19,9 @@
 extern "C" {
 #endif
 
-#include "engine.h"
-#include "errbuf.h"
-#include "record.h"
+#include "engine/engine.h"
+#include "core/errbuf.h"
+#include "core/record.h"
 
 #define ENGINE_CUDA_OP_PREPROCESS (-1)
 #define ENGINE_CUDA_OP_HEAD (-2)

@@ -30,11 +30,11 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "engine.h"
-#include "engine_cuda_plan.h"
-#include "errbuf.h"
-#include "model.h"
-#include "plan.h"
+#include "engine/engine.h"
+#include "engine/engine_cuda_plan.h"
+#include "core/errbuf.h"
+#include "core/model.h"
+#include "core/plan.h"
 }
 
 typedef struct cuda_engine cuda_engine_t;

@@ -18,8 +18,8 @@
 #include "cuda_types.cuh"
 
 extern "C" {
-#include "cpu_ops.h"
-#include "record.h"
+#include "engine/cpu_ops.h"
+#include "core/record.h"
 }
 
 #define PIXELS (MODEL_IN_H * MODEL_IN_W)                /* 50,176 */

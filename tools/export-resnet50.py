@@ -15,7 +15,7 @@ data_offsets}} plus "__metadata__", padded with spaces to a multiple of 8, then
 the tensors' bytes back to back in header order.
 
 It deliberately does not download anything (a trained model needs a .pth that
-is already on disk), and it is not inferd's reader: that is src/st.c, and the
+is already on disk), and it is not inferd's reader: that is src/core/st.c, and the
 golden test's Python reader is tests/golden/st_read.py.
 """
 

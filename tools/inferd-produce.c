@@ -5,7 +5,7 @@
  *                  [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
  *
- * It produces N records of the two raw input formats (src/record.h) with keys
+ * It produces N records of the two raw input formats (src/core/record.h) with keys
  * PREFIX-<i>, a correlation-id header, and a header inferd-test-expect naming
  * the outcome the daemon must reach: "ok", or the DLQ code of a deliberately
  * bad record (bad-size, bad-content-type, decode-failed, too-large). Exactly
@@ -32,7 +32,7 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "record.h"
+#include "core/record.h"
 
 typedef enum produce_kind {
         KIND_OK,

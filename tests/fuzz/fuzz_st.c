@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st.h"
+#include "core/st.h"
 
 #define FUZZ_NAME "fuzz.safetensors"
 

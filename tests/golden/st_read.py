@@ -6,7 +6,7 @@ on precisely the weights inferd reads (not on a regenerated model). It checks
 the layout it relies on (header length, offsets in range, contiguous data,
 sizes matching shapes) and raises ValueError otherwise.
 
-It is not inferd's reader (src/st.c, which is held to the reference rules by
+It is not inferd's reader (src/core/st.c, which is held to the reference rules by
 its own unit tests and fuzzer) and it reads only the dtypes the exporter
 writes: F32, F16, BF16 and I64.
 """

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "engine/cpu_ops.h"
 #include "gpu_tests.h"
 
 /* A smoke run's layers: the stem, each kind of op, a stride-2 3x3, the

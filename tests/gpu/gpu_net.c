@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_ops.h"
+#include "engine/cpu_ops.h"
 #include "gpu_tests.h"
 
 static const int net_batches[] = { 1, 3, 64, 0 };       /* 0: the plan's max_batch */

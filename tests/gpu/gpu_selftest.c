@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "engine/cpu_ops.h"
 #include "gpu_tests.h"
 
 static int selftest_broken;

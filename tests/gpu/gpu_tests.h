@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine.h"
-#include "model.h"
-#include "plan.h"
-#include "record.h"
+#include "engine/engine.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/record.h"
 
 /* The CUDA engine's single-step interface. Weak, so that this binary also
  * links in a build without nvcc (engine_cuda_none.c), where it only reports

@@ -11,7 +11,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "cfg.h"
+#include "daemon/cfg.h"
 #include "unit.h"
 
 /* The path of the last file written, for checking error sentences. */

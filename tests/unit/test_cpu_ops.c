@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "engine/cpu_ops.h"
 #include "unit.h"
 
 static float *ops_random(size_t n, uint64_t *seed) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "unit.h"
 
 static engine_t *engine_test_open(model_t *m, int max_batch) {

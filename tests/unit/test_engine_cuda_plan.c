@@ -17,11 +17,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "engine.h"
-#include "engine_cuda_plan.h"
-#include "model.h"
-#include "plan.h"
-#include "record.h"
+#include "engine/engine.h"
+#include "engine/engine_cuda_plan.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/record.h"
 #include "unit.h"
 
 #define MiB ((uint64_t)1 << 20)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "core/model.h"
 #include "st_build.h"
 #include "unit.h"
 

@@ -4,9 +4,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "engine.h"
-#include "plan.h"
-#include "record.h"
+#include "engine/engine.h"
+#include "core/plan.h"
+#include "core/record.h"
 #include "unit.h"
 
 static void plan_request_cpu(plan_request_t *req, uint64_t budget) {

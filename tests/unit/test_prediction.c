@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "labels.h"
-#include "prediction.h"
+#include "core/labels.h"
+#include "engine/prediction.h"
 #include "unit.h"
 
 static char *prediction_write_labels(const char *body) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "record.h"
+#include "core/record.h"
 #include "unit.h"
 
 static int record_try(const void *data, size_t len, const char *ct, record_format_t *f, const char **code) {

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "st.h"
+#include "core/st.h"
 #include "unit.h"
 
 #define BAD "bad.safetensors"

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "units.h"
+#include "core/units.h"
 #include "unit.h"
 
 static void test_units_parse_size(void) {

@@ -1,0 +1,200 @@
+/* inferd: the daemon's main(). Kafka in, ResNet-50, predictions out.
+ *
+ *   inferd [-c FILE]                  run (default /etc/inferd/inferd.ini)
+ *   inferd --check-config [-c FILE]   validate the file; exit 0 or 1 with the reason
+ *   inferd --plan [--json] [-c FILE]  print the memory plan the config gives
+ *   inferd --bench-pipeline [-c FILE] the pipeline benchmark: the daemon with the
+ *                                     model's compute left out (tools/bench-pipeline)
+ *
+ * main() keeps the fixed order of systemd's daemons: parse arguments and
+ * config, block the signals (before librdkafka or the engine start threads),
+ * create the manager, start up (READY=1 is sent there), run the loop, tear
+ * down. Everything else is in daemon.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include "daemon/cfg.h"
+#include "daemon/daemon.h"
+#include "core/errbuf.h"
+#include "daemon/log.h"
+
+static void usage(FILE *f) {
+        fprintf(f, "Usage: inferd [-c FILE]\n"
+                   "       inferd --check-config [-c FILE]\n"
+                   "       inferd --plan [--json] [-c FILE]\n"
+                   "       inferd --bench-pipeline [-c FILE]   (a benchmark: the model is not run)\n"
+                   "       inferd --print-config-reference     (every config key, as markdown)\n"
+                   "\n"
+                   "Consumes images from Kafka, classifies them with ResNet-50 and produces\n"
+                   "predictions. FILE defaults to " CFG_DEFAULT_PATH ".\n");
+}
+
+/* Loads and checks the config, including the librdkafka passthrough keys. */
+static int check_config(const char *path, cfg_t **ret, errbuf_t *err) {
+        rd_kafka_conf_t *conf;
+        cfg_t *c = NULL;
+        int r;
+
+        r = cfg_load(&c, path, err);
+        if (r < 0)
+                return r;
+        for (int producer = 0; producer <= 1; producer++) {
+                conf = rd_kafka_conf_new();
+                if (!conf) {
+                        cfg_free(c);
+                        return -ENOMEM;
+                }
+                r = cfg_kafka_apply(c, producer, conf, err);
+                rd_kafka_conf_destroy(conf);
+                if (r < 0) {
+                        cfg_free(c);
+                        return r;
+                }
+        }
+        *ret = c;
+        return 0;
+}
+
+/* Every thread must block SIGTERM, SIGINT and SIGHUP, or the kernel may hand
+ * one to a thread that does not, whose default action ends the process
+ * before the signalfd sees it. OpenBLAS starts its worker threads from a
+ * library constructor, before main(); the mask survives execve, so the
+ * first run blocks the signals and executes itself again, and every thread
+ * of the second run starts with them blocked. */
+static void block_signals_everywhere(char **argv) {
+        char self[PATH_MAX];
+        sigset_t mask, old;
+        ssize_t n;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigprocmask(SIG_BLOCK, &mask, &old);
+        if (sigismember(&old, SIGTERM) && sigismember(&old, SIGINT) && sigismember(&old, SIGHUP))
+                return;
+        /* The resolved path, not /proc/self/exe, so the process keeps its
+         * name (comm, hence _COMM in the journal). */
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n > 0) {
+                self[n] = '\0';
+                execv(self, argv);
+        }
+        /* No /proc: carry on; a signal may then end the process abruptly. */
+        log_warning("Failed to re-execute with the signals blocked: %s", strerror(errno));
+}
+
+int main(int argc, char **argv) {
+        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE, ARG_REFERENCE };
+        static const struct option options[] = {
+                { "config", required_argument, NULL, 'c' },
+                { "check-config", no_argument, NULL, ARG_CHECK },
+                { "plan", no_argument, NULL, ARG_PLAN },
+                { "json", no_argument, NULL, ARG_JSON },
+                { "bench-pipeline", no_argument, NULL, ARG_BENCH_PIPELINE },
+                { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        const char *path = CFG_DEFAULT_PATH;
+        bool check = false, plan = false, json = false, bench_pipeline = false;
+        daemon_t *d = NULL;
+        cfg_t *c = NULL;
+        errbuf_t err = {};
+        int opt, r;
+
+        while ((opt = getopt_long(argc, argv, "c:h", options, NULL)) >= 0) {
+                switch (opt) {
+                case 'c':
+                        path = optarg;
+                        break;
+                case ARG_CHECK:
+                        check = true;
+                        break;
+                case ARG_PLAN:
+                        plan = true;
+                        break;
+                case ARG_JSON:
+                        json = true;
+                        break;
+                case ARG_BENCH_PIPELINE:
+                        bench_pipeline = true;
+                        break;
+                case ARG_REFERENCE:
+                        /* docs/config.md is this output: the key table, documented. */
+                        return cfg_write_reference(stdout) < 0 ? 1 : 0;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "inferd: unexpected argument '%s'\n", argv[optind]);
+                usage(stderr);
+                return 2;
+        }
+
+        log_setup(NULL, LOG_TARGET_AUTO);
+        r = check_config(path, &c, &err);
+        if (r < 0) {
+                if (check)
+                        fprintf(stderr, "inferd: %s\n", err.msg);
+                else
+                        log_error("Failed to load the configuration: %s", err.msg);
+                return 1;
+        }
+        if (check) {
+                printf("%s: OK\n", path);
+                cfg_free(c);
+                return 0;
+        }
+        if (plan) {
+                plan_t p;
+                char warning[512] = "";
+
+                r = daemon_plan(c, &p, warning, sizeof(warning), &err);
+                cfg_free(c);
+                if (r < 0) {
+                        fprintf(stderr, "inferd: %s\n", err.msg);
+                        return 1;
+                }
+                if (warning[0])
+                        fprintf(stderr, "inferd: %s\n", warning);
+                r = json ? plan_write_json(&p, stdout) : plan_write_text(&p, stdout);
+                return r < 0 ? 1 : 0;
+        }
+
+        /* Before librdkafka or the engine start threads, so that every
+         * thread inherits the mask and the signals reach only the event
+         * loop's signalfd. */
+        block_signals_everywhere(argv);
+        signal(SIGPIPE, SIG_IGN);
+
+        r = daemon_new(&d, c, path, &err);
+        if (r < 0) {
+                log_error("Failed to create the daemon: %s", err.msg[0] ? err.msg : strerror(-r));
+                return 1;
+        }
+        daemon_set_bench_pipeline(d, bench_pipeline);
+        r = daemon_start(d, &err);
+        if (r < 0) {
+                log_error("Failed to start: %s", err.msg[0] ? err.msg : strerror(-r));
+                sd_notifyf(0, "STATUS=Failed to start: %s", err.msg[0] ? err.msg : strerror(-r));
+                daemon_free(d);
+                return 1;
+        }
+        r = daemon_run(d);
+        sd_notify(0, "STOPPING=1");
+        daemon_free(d);
+        return r;
+}

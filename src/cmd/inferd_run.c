@@ -1,0 +1,532 @@
+/* inferd-run: offline inference over files, with the engines and record
+ * handling that the daemon uses. Also prints the memory plan (--plan) and
+ * measures throughput (--bench). This file is argument parsing and I/O only:
+ * everything it computes comes from the engine, plan and model modules. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "core/labels.h"
+#include "core/model.h"
+#include "engine/prediction.h"
+#include "core/record.h"
+#include "core/units.h"
+
+/* openblas_get_num_threads is OpenBLAS's own; declared here to avoid
+ * depending on which cblas.h variant is installed. */
+int openblas_get_num_threads(void);
+
+typedef enum run_mode {
+        RUN_INFER,
+        RUN_PLAN,
+        RUN_BENCH,
+} run_mode_t;
+
+typedef struct run_args {
+        run_mode_t mode;
+        const char *weights;
+        const char *labels;
+        const char *logits;
+        int json;
+        double bench_seconds;
+        int batch;              /* 0: the default for the mode */
+        engine_options_t engine;
+        char **inputs;
+        int n_inputs;
+} run_args_t;
+
+static void run_usage(FILE *out) {
+        fputs("usage:\n"
+              "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
+              "             [--batch N] [--top K] [--logits OUT] INPUT...\n"
+              "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
+              "             [--precision P] [--backend B] [--batch N]\n"
+              "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
+              "\n"
+              "INPUT is a raw record: 150528 bytes of RGB8 224x224x3 (HWC), or 602112 bytes of\n"
+              "float32 3x224x224 (CHW, little-endian, normalised). One JSON prediction line is\n"
+              "printed per input, in argument order. --logits writes N x 1000 float32 pre-softmax\n"
+              "logits (little-endian) in the same order.\n"
+              "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
+              "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots).\n",
+              out);
+}
+
+static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *ret) {
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < lo || v > hi) {
+                fprintf(stderr, "inferd-run: %s: '%s' is not a whole number between %d and %d\n", opt, s, lo, hi);
+                return -EINVAL;
+        }
+        *ret = (int)v;
+        return 0;
+}
+
+/* Returns 0, 1 for --help, or -EINVAL after printing the reason. */
+static int run_parse_args(int argc, char **argv, run_args_t *a) {
+        enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
+               OPT_DEPTH };
+        static const struct option options[] = {
+                { "weights", required_argument, NULL, 'w' },
+                { "labels", required_argument, NULL, 'l' },
+                { "backend", required_argument, NULL, 'B' },
+                { "precision", required_argument, NULL, 'p' },
+                { "batch", required_argument, NULL, 'b' },
+                { "top", required_argument, NULL, 'k' },
+                { "logits", required_argument, NULL, 'o' },
+                { "plan", no_argument, NULL, OPT_PLAN },
+                { "json", no_argument, NULL, OPT_JSON },
+                { "device-memory", required_argument, NULL, OPT_DEVICE_MEMORY },
+                { "budget", required_argument, NULL, OPT_BUDGET },
+                { "host-budget", required_argument, NULL, OPT_HOST_BUDGET },
+                { "bench", required_argument, NULL, OPT_BENCH },
+                { "device", required_argument, NULL, OPT_DEVICE },
+                { "depth", required_argument, NULL, OPT_DEPTH },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        int c, r;
+
+        memset(a, 0, sizeof(*a));
+        engine_options_init(&a->engine);
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, "+:h", options, NULL)) >= 0) {
+                switch (c) {
+                case 'w':
+                        a->weights = optarg;
+                        break;
+                case 'l':
+                        a->labels = optarg;
+                        break;
+                case 'o':
+                        a->logits = optarg;
+                        break;
+                case 'B':
+                        if (backend_from_string(optarg, &a->engine.backend) < 0) {
+                                fprintf(stderr, "inferd-run: --backend: '%s' is not auto, cpu or cuda\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'p':
+                        if (precision_from_string(optarg, &a->engine.precision) < 0) {
+                                fprintf(stderr, "inferd-run: --precision: '%s' is not fp32, fp16 or bf16\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'b':
+                        r = run_parse_int("--batch", optarg, 1, 65536, &a->batch);
+                        if (r < 0)
+                                return r;
+                        break;
+                case 'k':
+                        r = run_parse_int("--top", optarg, 1, ENGINE_TOPK_MAX, &a->engine.top_k);
+                        if (r < 0)
+                                return r;
+                        break;
+                case OPT_PLAN:
+                        a->mode = RUN_PLAN;
+                        break;
+                case OPT_JSON:
+                        a->json = 1;
+                        break;
+                case OPT_DEVICE_MEMORY:
+                        if (units_parse_size(optarg, &a->engine.device_memory_bytes) < 0 ||
+                            a->engine.device_memory_bytes == 0) {
+                                fprintf(stderr, "inferd-run: --device-memory: '%s' is not a size (such as 11GiB)\n",
+                                        optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case OPT_BUDGET:
+                        a->engine.device_budget = optarg;
+                        break;
+                case OPT_HOST_BUDGET:
+                        a->engine.host_budget = optarg;
+                        break;
+                case OPT_BENCH: {
+                        char *end;
+
+                        a->mode = RUN_BENCH;
+                        a->bench_seconds = strtod(optarg, &end);
+                        if (end == optarg || *end || !(a->bench_seconds > 0) || a->bench_seconds > 3600) {
+                                fprintf(stderr, "inferd-run: --bench: '%s' is not a number of seconds in (0, 3600]\n",
+                                        optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                }
+                case OPT_DEVICE:
+                        r = run_parse_int("--device", optarg, 0, 63, &a->engine.device);
+                        if (r < 0)
+                                return r;
+                        break;
+                case OPT_DEPTH:
+                        r = run_parse_int("--depth", optarg, 2, 16, &a->engine.pipeline_depth);
+                        if (r < 0)
+                                return r;
+                        break;
+                case 'h':
+                        return 1;
+                case ':':
+                        fprintf(stderr, "inferd-run: option '%s' needs a value\n", argv[optind - 1]);
+                        return -EINVAL;
+                default:
+                        fprintf(stderr, "inferd-run: unknown option '%s' (see --help)\n", argv[optind - 1]);
+                        return -EINVAL;
+                }
+        }
+        a->inputs = argv + optind;
+        a->n_inputs = argc - optind;
+        if (a->mode != RUN_INFER && a->n_inputs > 0) {
+                fprintf(stderr, "inferd-run: --plan and --bench take no INPUT files ('%s')\n", a->inputs[0]);
+                return -EINVAL;
+        }
+        if (a->mode == RUN_INFER) {
+                if (!a->weights) {
+                        fprintf(stderr, "inferd-run: --weights FILE is required to classify inputs (see --help)\n");
+                        return -EINVAL;
+                }
+                if (a->n_inputs == 0) {
+                        fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
+                        return -EINVAL;
+                }
+        } else if (a->logits || a->labels) {
+                fprintf(stderr, "inferd-run: --logits and --labels go with INPUT files only\n");
+                return -EINVAL;
+        }
+        /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
+        if (a->batch > 0)
+                a->engine.max_batch = a->batch;
+        else if (a->mode == RUN_INFER)
+                a->engine.max_batch = a->n_inputs < 8 ? a->n_inputs : 8;
+        else if (a->mode == RUN_BENCH)
+                a->engine.max_batch = 8;
+        return 0;
+}
+
+static double run_now_ms(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Reads a whole input file; refuses anything larger than a record could be. */
+static int run_read_input(const char *path, unsigned char *buf, size_t cap, size_t *len) {
+        struct stat st;
+        size_t got = 0;
+        int fd, r = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                fprintf(stderr, "inferd-run: %s: cannot open: %s\n", path, strerror(errno));
+                return -errno;
+        }
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+                fprintf(stderr, "inferd-run: %s: not a regular file\n", path);
+                close(fd);
+                return -EINVAL;
+        }
+        if ((uint64_t)st.st_size > cap) {
+                fprintf(stderr, "inferd-run: %s: %lld bytes is larger than any accepted record (%zu bytes at most) "
+                        "[too-large]\n", path, (long long)st.st_size, cap);
+                close(fd);
+                return -EFBIG;
+        }
+        while (got < (size_t)st.st_size) {
+                ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+
+                if (n <= 0) {
+                        r = n < 0 ? -errno : -EIO;
+                        fprintf(stderr, "inferd-run: %s: read failed: %s\n", path, strerror(-r));
+                        break;
+                }
+                got += (size_t)n;
+        }
+        close(fd);
+        *len = got;
+        return r;
+}
+
+/* Loads input i into record slot position pos, checking its format. */
+static int run_pack(engine_t *e, int slot, int pos, const char *path) {
+        unsigned char *dst = engine_slot_record(e, slot, pos);
+        record_format_t f;
+        const char *code = NULL;
+        errbuf_t err;
+        size_t len = 0;
+        int r;
+
+        r = run_read_input(path, dst, RECORD_MAX_BYTES, &len);
+        if (r < 0)
+                return r;
+        r = record_classify(dst, len, NULL, 0, &f, &code, &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                return r;
+        }
+        engine_slot_set_format(e, slot, pos, f);
+        return 0;
+}
+
+/* Fails before the model loads: every input must exist and be a record of
+ * a runnable format and size. Only the first bytes are read here (the
+ * signatures record_classify looks for); run_pack reads the whole file. */
+static int run_check_inputs(const run_args_t *a) {
+        int bad = 0;
+
+        for (int i = 0; i < a->n_inputs; i++) {
+                unsigned char head[16] = { 0 };
+                const char *code = NULL;
+                record_format_t f;
+                struct stat st;
+                errbuf_t err;
+                int fd;
+
+                fd = open(a->inputs[i], O_RDONLY | O_CLOEXEC);
+                if (fd < 0 || fstat(fd, &st) < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s\n", a->inputs[i], strerror(errno));
+                        bad = 1;
+                } else if (!S_ISREG(st.st_mode)) {
+                        fprintf(stderr, "inferd-run: %s: not a regular file\n", a->inputs[i]);
+                        bad = 1;
+                } else if (read(fd, head, sizeof(head)) < 0 ||
+                           record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", a->inputs[i], code ? err.msg : strerror(errno),
+                                code ? code : "read-failed");
+                        bad = 1;
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        return bad ? -EINVAL : 0;
+}
+
+static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels, int slot, int first,
+                    int n, double latency_ms, FILE *logits_out) {
+        const engine_topk_t *top = engine_slot_topk(e, slot);
+        const float *logits = engine_slot_logits(e, slot);
+        int k = engine_plan_of(e)->top_k;
+
+        for (int i = 0; i < n; i++) {
+                prediction_meta_t meta = {
+                        .model_id = m->id,
+                        .backend = engine_backend(e),
+                        .precision = precision_name(engine_precision(e)),
+                        .input = a->inputs[first + i],
+                        .labels = labels,
+                };
+                char *line;
+
+                if (prediction_format(&line, top + (size_t)i * k, k, latency_ms, &meta) < 0) {
+                        fprintf(stderr, "inferd-run: out of memory\n");
+                        return -ENOMEM;
+                }
+                puts(line);
+                free(line);
+        }
+        if (logits_out && fwrite(logits, sizeof(float) * MODEL_CLASSES, (size_t)n, logits_out) != (size_t)n) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
+                return -EIO;
+        }
+        fflush(stdout);
+        return 0;
+}
+
+/* Classifies every input, keeping the pipeline's slots busy: while one
+ * batch computes, the next is read and packed. Slots are used in a ring, so
+ * results come out in argument order. */
+static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels) {
+        int depth = engine_slots(e), batch = engine_max_batch(e), next = 0, oldest = 0, in_flight = 0, r = 0;
+        int first[16], count[16];
+        double started[16];
+        FILE *logits_out = NULL;
+        errbuf_t err;
+
+        if (a->logits) {
+                logits_out = fopen(a->logits, "we");
+                if (!logits_out) {
+                        fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->logits, strerror(errno));
+                        return -errno;
+                }
+        }
+        while (next < a->n_inputs || in_flight > 0) {
+                while (next < a->n_inputs && in_flight < depth) {
+                        int slot = (oldest + in_flight) % depth;
+                        int n = a->n_inputs - next < batch ? a->n_inputs - next : batch;
+
+                        for (int i = 0; i < n; i++) {
+                                r = run_pack(e, slot, i, a->inputs[next + i]);
+                                if (r < 0)
+                                        goto out;
+                        }
+                        first[slot] = next;
+                        count[slot] = n;
+                        started[slot] = run_now_ms();
+                        r = engine_submit(e, slot, n, &err);
+                        if (r < 0) {
+                                fprintf(stderr, "inferd-run: cannot submit a batch: %s\n", err.msg);
+                                goto out;
+                        }
+                        next += n;
+                        in_flight++;
+                }
+                r = engine_wait(e, oldest, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: the %s engine failed: %s\n", engine_backend(e), err.msg);
+                        goto out;
+                }
+                r = run_emit(e, a, m, labels, oldest, first[oldest], count[oldest], run_now_ms() - started[oldest],
+                             logits_out);
+                if (r < 0)
+                        goto out;
+                oldest = (oldest + 1) % depth;
+                in_flight--;
+        }
+out:
+        /* An engine still computing a slot is waited for by engine_free. */
+        if (logits_out && fclose(logits_out) != 0 && r == 0) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
+                r = -EIO;
+        }
+        return r;
+}
+
+/* Fills every slot with random RGB8 records, then keeps all slots busy for
+ * the given time and counts images. */
+static int run_bench(engine_t *e, const run_args_t *a) {
+        int depth = engine_slots(e), batch = engine_max_batch(e), r;
+        long batches = 0;
+        uint64_t s = 88172645463325252ULL;
+        double t0, t1;
+        errbuf_t err;
+
+        for (int slot = 0; slot < depth; slot++)
+                for (int i = 0; i < batch; i++) {
+                        unsigned char *p = engine_slot_record(e, slot, i);
+
+                        for (size_t k = 0; k < RECORD_RGB8_BYTES; k++) {
+                                s ^= s << 13;
+                                s ^= s >> 7;
+                                s ^= s << 17;
+                                p[k] = (unsigned char)s;
+                        }
+                        engine_slot_set_format(e, slot, i, RECORD_RGB8);
+                }
+        /* One warm-up batch: first-touch of the arena, OpenBLAS's threads, CUDA's lazy loading. */
+        r = engine_submit(e, 0, batch, &err);
+        if (r >= 0)
+                r = engine_wait(e, 0, &err);
+        if (r < 0)
+                goto fail;
+        t0 = run_now_ms();
+        for (int slot = 0; slot < depth; slot++)
+                if ((r = engine_submit(e, slot, batch, &err)) < 0)
+                        goto fail;
+        for (long i = 0;; i++) {
+                int slot = (int)(i % depth);
+
+                r = engine_wait(e, slot, &err);
+                if (r < 0)
+                        goto fail;
+                batches++;
+                if (run_now_ms() - t0 >= a->bench_seconds * 1e3)
+                        break;
+                if ((r = engine_submit(e, slot, batch, &err)) < 0)
+                        goto fail;
+        }
+        t1 = run_now_ms();
+        /* Drain what is still in flight so that the engine closes idle. */
+        for (int slot = 0; slot < depth; slot++)
+                if ((r = engine_wait(e, slot, &err)) < 0)
+                        goto fail;
+        printf("{\"images_per_second\":%.2f,\"batch\":%d,\"batches\":%ld,\"seconds\":%.3f,\"backend\":\"%s\","
+               "\"precision\":\"%s\",\"threads\":%d,\"pipeline_depth\":%d}\n",
+               batches * (double)batch / ((t1 - t0) / 1e3), batch, batches, (t1 - t0) / 1e3, engine_backend(e),
+               precision_name(engine_precision(e)),
+               strcmp(engine_backend(e), "cpu") == 0 ? openblas_get_num_threads() : 0, depth);
+        return 0;
+fail:
+        fprintf(stderr, "inferd-run: the %s engine failed: %s\n", engine_backend(e), err.msg);
+        return r;
+}
+
+static int run_plan(const run_args_t *a) {
+        char warning[512];
+        model_t *m = NULL;
+        errbuf_t err;
+        plan_t p;
+        int r;
+
+        r = model_describe(&m);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: out of memory\n");
+                return r;
+        }
+        r = engine_plan(m, &a->engine, &p, warning, sizeof(warning), &err);
+        model_free(m);
+        if (warning[0])
+                fprintf(stderr, "inferd-run: warning: %s\n", warning);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: cannot plan: %s\n", err.msg);
+                return r;
+        }
+        return a->json ? plan_write_json(&p, stdout) : plan_write_text(&p, stdout);
+}
+
+int main(int argc, char **argv) {
+        labels_t *labels = NULL;
+        engine_t *e = NULL;
+        model_t *m = NULL;
+        char warning[512];
+        errbuf_t err;
+        run_args_t a;
+        int r;
+
+        r = run_parse_args(argc, argv, &a);
+        if (r != 0) {
+                run_usage(r > 0 ? stdout : stderr);
+                return r > 0 ? 0 : 2;
+        }
+        if (a.mode == RUN_PLAN)
+                return run_plan(&a) < 0 ? 1 : 0;
+        if (a.mode == RUN_INFER && run_check_inputs(&a) < 0)
+                return 1;
+        if (a.labels && labels_load(&labels, a.labels, MODEL_CLASSES, &err) < 0) {
+                fprintf(stderr, "inferd-run: %s\n", err.msg);
+                return 1;
+        }
+        if (a.weights)
+                r = model_load(&m, a.weights, &err);
+        else
+                r = model_random(&m, 1) < 0 ? errbuf_set(&err, -ENOMEM, "out of memory") : 0;
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: cannot load the weights: %s\n", err.msg);
+                goto out;
+        }
+        r = engine_open(&e, m, &a.engine, warning, sizeof(warning), &err);
+        if (warning[0])
+                fprintf(stderr, "inferd-run: warning: %s\n", warning);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: cannot start the engine: %s\n", err.msg);
+                goto out;
+        }
+        r = a.mode == RUN_BENCH ? run_bench(e, &a) : run_infer(e, &a, m, labels);
+out:
+        engine_free(e);
+        model_free(m);
+        labels_free(labels);
+        return r < 0 ? 1 : 0;
+}

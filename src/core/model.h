@@ -1,0 +1,102 @@
+/* model: the ResNet-50 v1.5 description and its weights.
+ *
+ * One layer table serves both engines and the planner: every op (convolution,
+ * pool, fully connected) with its geometry and the activation tensors it reads
+ * and writes, in execution order, so that buffer liveness can be derived from
+ * it. The stride of a bottleneck sits on its 3x3 conv (v1.5); block 0 of each
+ * stage has the downsample. Activations are NHWC.
+ *
+ * model_load reads a safetensors file whose names are torchvision's
+ * state_dict keys, checks every tensor's name, dtype and shape against the
+ * table (naming the first missing, unexpected or mismatched one), and folds
+ * each BatchNorm (eps 1e-5) into its convolution: one fp32 weight block in
+ * (cout, kh, kw, cin) order and one fp32 bias block.
+ *
+ * It does not run anything (engines do) and does not decide where tensors
+ * live in memory (plan_ does). */
+#ifndef INFERD_MODEL_H
+#define INFERD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/errbuf.h"
+#include "core/st.h"
+
+#define MODEL_CLASSES 1000
+#define MODEL_IN_H 224
+#define MODEL_IN_W 224
+#define MODEL_IN_C 3
+#define MODEL_FEATURES 2048
+#define MODEL_BN_EPS 1e-5
+#define MODEL_MAX_OPS 64
+#define MODEL_MAX_TENSORS 64
+#define MODEL_NAME_MAX 32
+
+typedef enum model_op_kind {
+        MODEL_OP_CONV,          /* conv + folded BN, + residual, + ReLU */
+        MODEL_OP_MAXPOOL,
+        MODEL_OP_AVGPOOL,       /* global average pool to (1, 1, C) */
+        MODEL_OP_FC,            /* (C) -> (classes), no activation */
+} model_op_kind_t;
+
+typedef struct model_tensor {
+        int h, w, c;            /* per-sample NHWC shape */
+        size_t elems;           /* h * w * c */
+        int producer;           /* index of the op that writes it; -1 for the network input */
+        int last_use;           /* index of the last op that reads it (== producer for the logits) */
+} model_tensor_t;
+
+typedef struct model_op {
+        model_op_kind_t kind;
+        char name[MODEL_NAME_MAX];      /* state_dict prefix of the weight: "layer2.0.conv2", "layer2.0.downsample.0", "fc"; "maxpool", "avgpool" */
+        char bn[MODEL_NAME_MAX];        /* state_dict prefix of the BN folded into a conv: "layer2.0.bn2"; "" otherwise */
+        int in, out;            /* tensor ids */
+        int residual;           /* tensor id added before the ReLU (same shape as out), or -1 */
+        int relu;
+        int cin, cout;          /* channels; fc: MODEL_FEATURES -> MODEL_CLASSES */
+        int kh, kw, stride, pad;        /* conv and maxpool; 1,1,1,0 for fc */
+        int h_in, w_in, h_out, w_out;
+        size_t w_off;           /* into model->weights: (cout, kh, kw, cin) fp32; conv and fc only */
+        size_t b_off;           /* into model->biases: (cout) fp32; conv and fc only */
+} model_op_t;
+
+typedef struct model {
+        int n_ops;
+        model_op_t ops[MODEL_MAX_OPS];
+        int n_tensors;
+        model_tensor_t tensors[MODEL_MAX_TENSORS];
+        int input;              /* tensor id: (224, 224, 3) normalised */
+        int logits;             /* tensor id: (1, 1, 1000) */
+        size_t weight_elems;    /* every conv and fc weight, counted once */
+        size_t bias_elems;
+        float *weights;         /* (weight_elems) folded, NULL when described only or dropped */
+        float *biases;          /* (bias_elems) folded */
+        char id[24];            /* "sha256:<first 12 hex of the file's digest>", "" when not from a file */
+} model_t;
+
+/* The layer table alone, without weights: enough to plan. */
+int model_describe(model_t **ret);
+
+/* Reads path, validates it against the table, and folds BN.
+ * Returns 0, or -errno with a sentence naming the file and tensor. */
+int model_load(model_t **ret, const char *path, errbuf_t *err);
+
+/* The same from an already opened file (model->id stays ""). */
+int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err);
+
+/* The layer table with seeded random weights (He-scaled uniform, zero
+ * biases): for benchmarks that have no weights file. Not for predictions. */
+int model_random(model_t **ret, uint64_t seed);
+
+/* Frees the host copy of the weights once an engine holds its own (the CUDA
+ * engine after its upload), so one weight set stays resident. */
+void model_drop_host_weights(model_t *m);
+
+/* NULL is a no-op. */
+void model_free(model_t *m);
+
+/* Index of the op called name, or -1. */
+int model_find_op(const model_t *m, const char *name);
+
+#endif

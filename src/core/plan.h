@@ -1,0 +1,136 @@
+/* plan: the memory planner.
+ *
+ * Every device byte and every pinned host byte is decided here, before the
+ * first record is read. The inputs are the model's layer table, the engine,
+ * the precision, the device's memory and the budget, the pipeline depth and
+ * the record size; the outputs are the terms below and the largest batch that
+ * fits. An engine then allocates exactly plan->total_bytes on its device (one
+ * arena) and plan->pinned_host_bytes of host staging, and carves every buffer
+ * from them at the offsets given here. Nothing is allocated after that.
+ *
+ * Activation memory comes from buffer liveness: tensors whose lifetimes (from
+ * the op that writes them to the last op that reads them) do not overlap
+ * share bytes. Offsets are per sample; a batch of B places every tensor at
+ * B * offset, which is valid because every tensor scales with the batch.
+ *
+ * The engine-specific terms (workspaces, CUDA context and graphs, device
+ * staging) come from a plan_terms_fn that each engine provides, so the
+ * planner itself knows no engine. It allocates nothing but the plan. */
+#ifndef INFERD_PLAN_H
+#define INFERD_PLAN_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "core/errbuf.h"
+#include "core/model.h"
+
+typedef enum backend {
+        BACKEND_AUTO,
+        BACKEND_CPU,
+        BACKEND_CUDA,
+} backend_t;
+
+typedef enum precision {
+        PRECISION_AUTO,         /* fp16 on CUDA, fp32 on the CPU */
+        PRECISION_FP32,
+        PRECISION_FP16,
+        PRECISION_BF16,
+} precision_t;
+
+/* "auto", "cpu", "cuda"; "auto", "fp32", "fp16", "bf16". */
+const char *backend_name(backend_t b);
+const char *precision_name(precision_t p);
+int backend_from_string(const char *s, backend_t *ret);
+int precision_from_string(const char *s, precision_t *ret);
+/* Bytes per activation or weight element: 4 for fp32, 2 for fp16 and bf16. */
+size_t precision_bytes(precision_t p);
+
+/* The engine's own terms at batch size `batch`. Each is in bytes on the
+ * device (host memory for the CPU engine), except pinned_host_bytes. */
+typedef struct plan_engine_terms {
+        uint64_t context_bytes;         /* CUDA context and libraries; 0 on the CPU */
+        uint64_t graph_bytes;           /* captured CUDA graphs for every batch bucket */
+        uint64_t workspace_bytes;       /* im2col / GEMM / top-k scratch */
+        uint64_t staging_bytes;         /* device-side input and output buffers of all slots */
+        uint64_t pinned_host_bytes;     /* host input and output buffers of all slots */
+} plan_engine_terms_t;
+
+struct plan_request;
+typedef int (*plan_terms_fn)(const model_t *m, const struct plan_request *req, int batch,
+                             plan_engine_terms_t *ret);
+
+typedef struct plan_request {
+        backend_t backend;              /* CPU or CUDA (AUTO resolved by the caller) */
+        precision_t precision;          /* resolved, never AUTO */
+        uint64_t device_memory_bytes;   /* capacity of the device (host RAM for the CPU engine) */
+        uint64_t budget_bytes;          /* what the plan may use of it */
+        uint64_t host_budget_bytes;     /* what the pinned host buffers may use */
+        int pipeline_depth;             /* batches in flight, >= 2 */
+        size_t record_bytes;            /* the largest input record accepted */
+        int max_batch;                  /* upper bound on the batch (config [memory] max_batch) */
+        int top_k;
+        uint64_t measured_context_bytes; /* CUDA: measured after device init; 0 = use the estimate */
+        plan_terms_fn terms;            /* the engine's terms */
+} plan_request_t;
+
+typedef struct plan {
+        backend_t backend;
+        precision_t precision;
+        int max_batch;                  /* the largest batch that fits */
+        int pipeline_depth;
+        int top_k;
+        size_t record_bytes;
+        uint64_t device_memory_bytes;
+        uint64_t budget_bytes;
+        uint64_t host_budget_bytes;
+        uint64_t weights_bytes;         /* counted once */
+        uint64_t activation_bytes_per_sample;
+        uint64_t activation_bytes;      /* per sample * max_batch */
+        plan_engine_terms_t engine;     /* at max_batch */
+        uint64_t workspace_bytes;       /* == engine.workspace_bytes */
+        uint64_t pinned_host_bytes;     /* == engine.pinned_host_bytes */
+        uint64_t total_bytes;           /* device: context + graphs + weights + activations + workspace + staging */
+        /* Liveness result: per-sample element offset of each activation tensor
+         * in the activation arena, and the arena's size in elements. */
+        size_t tensor_offset[MODEL_MAX_TENSORS];
+        size_t arena_elems_per_sample;
+} plan_t;
+
+/* Places every activation tensor of m by liveness. Returns the per-sample
+ * arena size in elements; offsets[] receives each tensor's element offset. */
+size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]);
+
+/* Alignment, in elements, of every activation tensor's per-sample offset,
+ * and in bytes of every weight and bias block: vector loads and cuBLASLt
+ * want aligned pointers, and the padding is part of the plan. */
+#define PLAN_TENSOR_ALIGN_ELEMS 128
+#define PLAN_WEIGHT_ALIGN_BYTES 256
+
+/* Lays out the weights of m in precision p: for each conv/fc op i in table
+ * order, its weight block (cout, kh, kw, cin) in p at w_offset[i] and its fp32
+ * bias (cout) at b_offset[i], both aligned to PLAN_WEIGHT_ALIGN_BYTES (other
+ * ops get 0). Returns the total bytes: the plan's weights_bytes. Either
+ * array may be NULL. The CPU engine keeps fp32 weights in the model's own
+ * blocks; the CUDA engine uploads into exactly this layout. */
+uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MODEL_MAX_OPS],
+                            size_t b_offset[MODEL_MAX_OPS]);
+
+/* The device total for a given batch (the quantity plan_make bounds). */
+int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *ret);
+
+/* Finds the largest batch <= req->max_batch whose device total fits
+ * req->budget_bytes and whose pinned host bytes fit req->host_budget_bytes.
+ * When not even one sample fits, returns -ENOSPC with a sentence that names
+ * the term that did not fit. */
+int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t *err);
+
+/* Writes the plan as one JSON object on one line (the keys of the design:
+ * max_batch, weights_bytes, activation_bytes_per_sample, workspace_bytes,
+ * pinned_host_bytes, total_bytes, budget_bytes, and the rest). */
+int plan_write_json(const plan_t *p, FILE *out);
+/* Writes a human-readable table. */
+int plan_write_text(const plan_t *p, FILE *out);
+
+#endif

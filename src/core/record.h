@@ -1,0 +1,49 @@
+/* record: the input record formats and their recognition.
+ *
+ * A record is one image: raw RGB8 (224x224x3 uint8, HWC) or float32 CHW
+ * (3x224x224, little-endian, already normalised). Its type comes from a
+ * content-type header when there is one, otherwise from the bytes (magic
+ * numbers, exact length). Encoded images (JPEG, PNG) are recognised so that
+ * they get a precise error until decoding exists. Nothing here touches an
+ * engine: the engines' preprocessing turns a record into activations. */
+#ifndef INFERD_RECORD_H
+#define INFERD_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/errbuf.h"
+
+#define RECORD_RGB8_BYTES ((size_t)224 * 224 * 3)               /* 150,528 */
+#define RECORD_F32_CHW_BYTES ((size_t)3 * 224 * 224 * 4)        /* 602,112 */
+#define RECORD_MAX_BYTES RECORD_F32_CHW_BYTES
+
+typedef enum record_format {
+        RECORD_UNKNOWN = 0,
+        RECORD_RGB8 = 1,        /* image/x-rgb8 */
+        RECORD_F32_CHW = 2,     /* application/x-float32-chw */
+        RECORD_JPEG = 3,        /* image/jpeg: recognised, not decoded yet */
+        RECORD_PNG = 4,         /* image/png: recognised, not decoded yet */
+} record_format_t;
+
+/* The short DLQ code of a refused record (the design's inferd-error header). */
+#define RECORD_ERR_BAD_SIZE "bad-size"
+#define RECORD_ERR_BAD_CONTENT_TYPE "bad-content-type"
+#define RECORD_ERR_DECODE_FAILED "decode-failed"
+#define RECORD_ERR_TOO_LARGE "too-large"
+
+const char *record_format_mime(record_format_t f);
+/* RECORD_UNKNOWN for a content-type this project does not know. Parameters
+ * after ';' and surrounding blanks are ignored, case-insensitively. */
+record_format_t record_format_from_mime(const char *content_type, size_t len);
+
+/* Decides the format of a record and checks that it can be run.
+ * content_type may be NULL (sniff from the bytes). Returns the runnable format
+ * (RECORD_RGB8 or RECORD_F32_CHW), or -EINVAL with *code set to one of the
+ * RECORD_ERR_* codes and a sentence in err. Only the first 8 bytes of data
+ * are ever read (the signatures), so a caller may pass just a file's head
+ * with its full length. */
+int record_classify(const void *data, size_t len, const char *content_type, size_t content_type_len,
+                    record_format_t *ret, const char **code, errbuf_t *err);
+
+#endif

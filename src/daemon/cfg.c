@@ -1,0 +1,713 @@
+/* cfg: the INI configuration, driven by one table of keys. See cfg.h.
+ *
+ * The table below is the single source of truth: cfg_load parses and checks
+ * every value with it, defaults are its default texts run through the same
+ * parser, cfg_diff walks it, and cfg_write_reference prints it as the
+ * reference in docs/config.md. It is not a general INI library (iniparser is)
+ * and it never logs. */
+#include "daemon/cfg.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include <iniparser.h>
+
+#include "core/units.h"
+
+typedef enum cfg_type {
+        CFG_T_STRING,           /* non-empty text */
+        CFG_T_TOPIC,            /* a Kafka topic name */
+        CFG_T_PATH,             /* a file path; "" allowed only where optional */
+        CFG_T_INT,              /* a decimal integer in [min, max] */
+        CFG_T_SIZE,             /* a byte count with a suffix, in [min, max] bytes */
+        CFG_T_BUDGET,           /* a SIZE in [min, max], or a percentage in (0, 100] */
+        CFG_T_LOG_LEVEL,
+        CFG_T_BACKEND,
+        CFG_T_PRECISION,
+} cfg_type_t;
+
+typedef struct cfg_key {
+        const char *section;
+        const char *name;
+        cfg_type_t type;
+        const char *def;        /* as a file would say it; NULL = required */
+        int64_t min, max;       /* CFG_T_INT: the value; CFG_T_SIZE / CFG_T_BUDGET: bytes */
+        bool live;              /* may change on SIGHUP without a restart */
+        bool optional;          /* CFG_T_PATH: "" means none */
+        size_t offset;          /* of the field in cfg_t */
+        size_t size;            /* of the field, for the text types */
+        const char *description;
+} cfg_key_t;
+
+#define F(f) offsetof(cfg_t, f), sizeof(((cfg_t *)0)->f)
+#define KiB ((int64_t)1 << 10)
+#define MiB ((int64_t)1 << 20)
+#define GiB ((int64_t)1 << 30)
+#define TiB ((int64_t)1 << 40)
+
+static const cfg_key_t cfg_keys[] = {
+        { "service", "instance", CFG_T_STRING, "default", 0, 0, false, false, F(service.instance),
+          "Instance name (the colour, e.g. blue), copied into every prediction and log line." },
+        { "service", "log_level", CFG_T_LOG_LEVEL, "info", 0, 0, true, false, F(service.log_level),
+          "Least severe message logged." },
+        { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
+          "Classes per prediction, most probable first." },
+
+        { "kafka", "brokers", CFG_T_STRING, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
+          "Bootstrap servers, host:port[,host:port...]." },
+        { "kafka", "group_id", CFG_T_STRING, "inferd", 0, 0, false, false, F(kafka.group_id),
+          "Consumer group; instances in one group share the input partitions." },
+        { "kafka", "input_topic", CFG_T_TOPIC, "images", 0, 0, false, false, F(kafka.input_topic),
+          "Topic the images are read from." },
+        { "kafka", "output_topic", CFG_T_TOPIC, "predictions", 0, 0, false, false, F(kafka.output_topic),
+          "Topic the predictions are written to (one per input record, same key)." },
+        { "kafka", "dlq_topic", CFG_T_TOPIC, "images.dlq", 0, 0, false, false, F(kafka.dlq_topic),
+          "Dead-letter topic for records that cannot be classified, with inferd-error headers." },
+
+        { "model", "weights", CFG_T_PATH, NULL, 0, 0, false, false, F(model.weights),
+          "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16)." },
+        { "model", "labels", CFG_T_PATH, "", 0, 0, false, true, F(model.labels),
+          "Class labels, one per line (1000 lines); empty for none." },
+        { "model", "precision", CFG_T_PRECISION, "fp16", 0, 0, false, false, F(model.precision),
+          "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32." },
+
+        { "engine", "backend", CFG_T_BACKEND, "auto", 0, 0, false, false, F(engine.backend),
+          "auto takes CUDA when a device is present, else the CPU." },
+        { "engine", "device", CFG_T_INT, "0", 0, 63, false, false, F(engine.device),
+          "CUDA device ordinal." },
+
+        { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, false, false, F(memory.gpu_budget),
+          "Device memory the plan may use: a SIZE or a percentage of the device's memory." },
+        { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, false, false,
+          F(memory.host_budget_bytes),
+          "Host memory for the pinned buffers and librdkafka's fetch queues." },
+        { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
+          "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
+
+        { "batching", "max_delay_ms", CFG_T_INT, "5", 0, 10000, true, false, F(batching.max_delay_ms),
+          "A partial batch is submitted after this long." },
+
+        { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
+          "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
+};
+
+#define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
+
+static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain" };
+#define CFG_SECTION_CONSUMER "kafka.consumer"
+#define CFG_SECTION_PRODUCER "kafka.producer"
+
+/* Passthrough keys that inferd sets itself: a file may not override them. */
+static const struct {
+        const char *section;
+        const char *name;
+        const char *why;
+} cfg_reserved[] = {
+        { CFG_SECTION_CONSUMER, "bootstrap.servers", "set [kafka] brokers instead" },
+        { CFG_SECTION_CONSUMER, "metadata.broker.list", "set [kafka] brokers instead" },
+        { CFG_SECTION_CONSUMER, "group.id", "set [kafka] group_id instead" },
+        { CFG_SECTION_CONSUMER, "enable.auto.offset.store",
+          "inferd stores each offset itself, after its prediction is delivered" },
+        { CFG_SECTION_PRODUCER, "bootstrap.servers", "set [kafka] brokers instead" },
+        { CFG_SECTION_PRODUCER, "metadata.broker.list", "set [kafka] brokers instead" },
+        { CFG_SECTION_PRODUCER, "enable.idempotence", "inferd's producer is always idempotent" },
+};
+
+static const struct {
+        const char *name;
+        int priority;
+} cfg_log_levels[] = {
+        { "debug", LOG_DEBUG }, { "info", LOG_INFO }, { "notice", LOG_NOTICE },
+        { "warning", LOG_WARNING }, { "err", LOG_ERR },
+};
+
+const char *cfg_log_level_name(int priority) {
+        for (size_t i = 0; i < sizeof(cfg_log_levels) / sizeof(cfg_log_levels[0]); i++)
+                if (cfg_log_levels[i].priority == priority)
+                        return cfg_log_levels[i].name;
+        return "?";
+}
+
+int cfg_log_level_from_string(const char *s, int *ret) {
+        for (size_t i = 0; i < sizeof(cfg_log_levels) / sizeof(cfg_log_levels[0]); i++)
+                if (strcmp(s, cfg_log_levels[i].name) == 0) {
+                        *ret = cfg_log_levels[i].priority;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+static const char *cfg_type_name(cfg_type_t t) {
+        switch (t) {
+        case CFG_T_STRING: return "string";
+        case CFG_T_TOPIC: return "topic";
+        case CFG_T_PATH: return "path";
+        case CFG_T_INT: return "integer";
+        case CFG_T_SIZE: return "size";
+        case CFG_T_BUDGET: return "size or percent";
+        case CFG_T_LOG_LEVEL: return "log level";
+        case CFG_T_BACKEND: return "backend";
+        case CFG_T_PRECISION: return "precision";
+        }
+        return "?";
+}
+
+/* "2GiB" when bytes is a whole number of a binary unit, else plain bytes. */
+static const char *cfg_format_bytes(uint64_t bytes, char *buf, size_t len) {
+        static const char *const names[] = { "TiB", "GiB", "MiB", "KiB" };
+        static const int shifts[] = { 40, 30, 20, 10 };
+
+        for (int i = 0; i < 4; i++)
+                if (bytes && bytes % ((uint64_t)1 << shifts[i]) == 0) {
+                        snprintf(buf, len, "%" PRIu64 "%s", bytes >> shifts[i], names[i]);
+                        return buf;
+                }
+        snprintf(buf, len, "%" PRIu64, bytes);
+        return buf;
+}
+
+static const char *cfg_where(const char *path) {
+        return path && *path ? path : "(defaults)";
+}
+
+static const cfg_key_t *cfg_find_key(const char *section, const char *name) {
+        for (size_t i = 0; i < CFG_NKEYS; i++)
+                if (strcmp(cfg_keys[i].section, section) == 0 && strcmp(cfg_keys[i].name, name) == 0)
+                        return &cfg_keys[i];
+        return NULL;
+}
+
+static bool cfg_is_section(const char *s) {
+        for (size_t i = 0; i < sizeof(cfg_sections) / sizeof(cfg_sections[0]); i++)
+                if (strcmp(cfg_sections[i], s) == 0)
+                        return true;
+        return false;
+}
+
+/* Kafka's own rule: 1..249 characters of [a-zA-Z0-9._-], not "." or "..". */
+static bool cfg_topic_valid(const char *s) {
+        size_t n = strlen(s);
+
+        if (n == 0 || n > 249 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+                        return false;
+        return true;
+}
+
+/* Parses v as key k into c. On error, writes the sentence after
+ * "<file>: [section] key: " into err and returns -EINVAL. */
+static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
+        void *field = (char *)c + k->offset;
+        char lo[32], hi[32];
+        int r;
+
+        switch (k->type) {
+        case CFG_T_STRING:
+        case CFG_T_TOPIC:
+        case CFG_T_PATH:
+                if (*v == '\0' && !(k->type == CFG_T_PATH && k->optional))
+                        return errbuf_set(err, -EINVAL, "must not be empty");
+                if (strlen(v) >= k->size)
+                        return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
+                                          k->size - 1);
+                if (k->type == CFG_T_TOPIC && !cfg_topic_valid(v))
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", v);
+                strcpy(field, v);
+                return 0;
+
+        case CFG_T_INT: {
+                char *end;
+                long long n;
+
+                errno = 0;
+                n = strtoll(v, &end, 10);
+                if (errno == ERANGE || (end != v && *end == '\0' && (n < k->min || n > k->max)))
+                        return errbuf_set(err, -EINVAL, "'%s' is not in %" PRId64 "..%" PRId64, v, k->min,
+                                          k->max);
+                if (errno || end == v || *end)
+                        return errbuf_set(err, -EINVAL, "'%s' is not an integer", v);
+                *(int *)field = (int)n;
+                return 0;
+        }
+
+        case CFG_T_SIZE: {
+                uint64_t bytes;
+
+                r = units_parse_size(v, &bytes);
+                if (r == -ERANGE || (r == 0 && (bytes < (uint64_t)k->min || bytes > (uint64_t)k->max)))
+                        return errbuf_set(err, -EINVAL, "'%s' is not in %s..%s", v,
+                                          cfg_format_bytes((uint64_t)k->min, lo, sizeof(lo)),
+                                          cfg_format_bytes((uint64_t)k->max, hi, sizeof(hi)));
+                if (r < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not a size (bytes, with an optional KiB, MiB, GiB or TiB suffix)",
+                                          v);
+                *(uint64_t *)field = bytes;
+                return 0;
+        }
+
+        case CFG_T_BUDGET: {
+                uint64_t bytes;
+
+                if (units_is_percent(v)) {
+                        /* Any non-zero capacity checks the range (0, 100]. */
+                        r = units_parse_budget(v, (uint64_t)1 << 40, &bytes);
+                        if (r < 0)
+                                return errbuf_set(err, -EINVAL,
+                                                  "'%s' is not a size or a percentage in (0, 100]", v);
+                } else {
+                        r = units_parse_size(v, &bytes);
+                        if (r < 0)
+                                return errbuf_set(err, -EINVAL,
+                                                  "'%s' is not a size or a percentage in (0, 100]", v);
+                        if (bytes < (uint64_t)k->min || bytes > (uint64_t)k->max)
+                                return errbuf_set(err, -EINVAL, "'%s' is not in %s..%s", v,
+                                                  cfg_format_bytes((uint64_t)k->min, lo, sizeof(lo)),
+                                                  cfg_format_bytes((uint64_t)k->max, hi, sizeof(hi)));
+                }
+                if (strlen(v) >= k->size)
+                        return errbuf_set(err, -EINVAL, "'%s' is too long", v);
+                strcpy(field, v);
+                /* The one key with a companion field. */
+                assert(k->offset == offsetof(cfg_t, memory.gpu_budget));
+                c->memory.gpu_budget_is_percent = units_is_percent(v);
+                return 0;
+        }
+
+        case CFG_T_LOG_LEVEL:
+                if (cfg_log_level_from_string(v, field) < 0)
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of debug, info, notice, warning, err", v);
+                return 0;
+
+        case CFG_T_BACKEND:
+                if (backend_from_string(v, field) < 0)
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of auto, cpu, cuda", v);
+                return 0;
+
+        case CFG_T_PRECISION:
+                if (precision_from_string(v, field) < 0)
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of auto, fp32, fp16, bf16", v);
+                return 0;
+        }
+        assert(!"unknown cfg type");
+        return -EINVAL;
+}
+
+/* The value of k in c, as a file would say it. */
+static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *buf, size_t len) {
+        const void *field = (const char *)c + k->offset;
+
+        switch (k->type) {
+        case CFG_T_STRING:
+        case CFG_T_TOPIC:
+        case CFG_T_PATH:
+        case CFG_T_BUDGET:
+                return field;
+        case CFG_T_INT:
+                snprintf(buf, len, "%d", *(const int *)field);
+                return buf;
+        case CFG_T_SIZE:
+                return cfg_format_bytes(*(const uint64_t *)field, buf, len);
+        case CFG_T_LOG_LEVEL:
+                return cfg_log_level_name(*(const int *)field);
+        case CFG_T_BACKEND:
+                return backend_name(*(const backend_t *)field);
+        case CFG_T_PRECISION:
+                return precision_name(*(const precision_t *)field);
+        }
+        return "?";
+}
+
+static void cfg_kv_list_clear(cfg_kv_list_t *l) {
+        for (size_t i = 0; i < l->n; i++) {
+                free(l->items[i].name);
+                free(l->items[i].value);
+        }
+        free(l->items);
+        l->items = NULL;
+        l->n = 0;
+}
+
+static int cfg_kv_list_add(cfg_kv_list_t *l, const char *name, const char *value) {
+        cfg_kv_t *items = realloc(l->items, (l->n + 1) * sizeof(*items));
+
+        if (!items)
+                return -ENOMEM;
+        l->items = items;
+        items[l->n].name = strdup(name);
+        items[l->n].value = strdup(value);
+        if (!items[l->n].name || !items[l->n].value) {
+                free(items[l->n].name);
+                free(items[l->n].value);
+                return -ENOMEM;
+        }
+        l->n++;
+        return 0;
+}
+
+void cfg_free(cfg_t *c) {
+        if (!c)
+                return;
+        cfg_kv_list_clear(&c->kafka_consumer);
+        cfg_kv_list_clear(&c->kafka_producer);
+        free(c);
+}
+
+int cfg_new_defaults(cfg_t **ret) {
+        cfg_t *c = calloc(1, sizeof(*c));
+
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = 0; i < CFG_NKEYS; i++) {
+                int r;
+
+                if (!cfg_keys[i].def)
+                        continue;
+                r = cfg_parse_value(&cfg_keys[i], cfg_keys[i].def, c, NULL);
+                assert(r == 0);         /* the table's defaults are valid */
+                (void)r;
+        }
+        *ret = c;
+        return 0;
+}
+
+/* iniparser reports syntax errors only through a process-wide printf-like
+ * callback; this keeps its first message of the current cfg_load, per thread,
+ * so that it can go into the errbuf instead of onto stderr. */
+static __thread char cfg_ini_error[256];
+
+static int cfg_on_ini_error(const char *fmt, ...) {
+        va_list ap;
+
+        if (cfg_ini_error[0])
+                return 0;
+        va_start(ap, fmt);
+        vsnprintf(cfg_ini_error, sizeof(cfg_ini_error), fmt, ap);
+        va_end(ap);
+        return 0;
+}
+
+/* iniparser's "iniparser: syntax error in <path> (3):\n-> text\n" becomes
+ * "line 3: syntax error: 'text'"; anything else loses its prefix and
+ * newlines. */
+static const char *cfg_ini_error_text(const char *path) {
+        static __thread char out[sizeof(cfg_ini_error) + 64];
+        char *p = cfg_ini_error, *q;
+        size_t plen = strlen(path);
+        int line;
+
+        if (strncmp(p, "iniparser: ", 11) == 0)
+                p += 11;
+        for (q = p; *q; q++)
+                if (*q == '\n')
+                        *q = ' ';
+        while (q > p && q[-1] == ' ')
+                *--q = '\0';
+        if (strncmp(p, "syntax error in ", 16) == 0 && strncmp(p + 16, path, plen) == 0 &&
+            sscanf(p + 16 + plen, " (%d):", &line) == 1 && (q = strstr(p, "-> "))) {
+                snprintf(out, sizeof(out), "line %d: syntax error: '%s'", line, q + 3);
+                return out;
+        }
+        return *p ? p : "cannot parse the file";
+}
+
+static int cfg_check_passthrough(const char *path, const char *section, const char *name, errbuf_t *err) {
+        for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
+                if (strcmp(cfg_reserved[i].section, section) == 0 && strcmp(cfg_reserved[i].name, name) == 0)
+                        return errbuf_set(err, -EINVAL, "%s: [%s] %s: may not be set here: %s", path, section,
+                                          name, cfg_reserved[i].why);
+        return 0;
+}
+
+int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
+        bool seen[CFG_NKEYS] = { false };
+        dictionary *d = NULL;
+        cfg_t *c = NULL;
+        FILE *f;
+        int r;
+
+        assert(ret && path);
+
+        /* iniparser says only "cannot open"; find out why ourselves. */
+        f = fopen(path, "re");
+        if (!f)
+                return errbuf_set(err, -errno, "%s: cannot open the config file: %s", path, strerror(errno));
+        fclose(f);
+
+        cfg_ini_error[0] = '\0';
+        iniparser_set_error_callback(cfg_on_ini_error);
+        d = iniparser_load(path);
+        iniparser_set_error_callback(NULL);
+        if (!d)
+                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
+        if (cfg_ini_error[0]) {
+                /* iniparser 4.1 returns what it parsed along with the error. */
+                r = errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
+                goto fail;
+        }
+
+        r = cfg_new_defaults(&c);
+        if (r < 0) {
+                errbuf_set(err, r, "%s: out of memory", path);
+                goto fail;
+        }
+        if (strlen(path) >= sizeof(c->path)) {
+                r = errbuf_set(err, -ENAMETOOLONG, "%s: path too long", path);
+                goto fail;
+        }
+        strcpy(c->path, path);
+
+        /* The dictionary holds sections ("memory", value NULL) and keys
+         * ("memory:max_batch") in file order. */
+        for (ssize_t i = 0; i < (ssize_t)d->size; i++) {
+                const char *entry = d->key[i], *colon, *value = d->val[i];
+                char section[64], name[256];
+                const cfg_key_t *k;
+
+                if (!entry)
+                        continue;
+                colon = strchr(entry, ':');
+                if (!colon) {
+                        if (!cfg_is_section(entry) && strcmp(entry, CFG_SECTION_CONSUMER) != 0 &&
+                            strcmp(entry, CFG_SECTION_PRODUCER) != 0) {
+                                r = errbuf_set(err, -EINVAL, "%s: [%s]: unknown section", path, entry);
+                                goto fail;
+                        }
+                        continue;
+                }
+                if (colon == entry) {
+                        r = errbuf_set(err, -EINVAL, "%s: %s: key outside any section", path, colon + 1);
+                        goto fail;
+                }
+                if ((size_t)(colon - entry) >= sizeof(section) || strlen(colon + 1) >= sizeof(name)) {
+                        r = errbuf_set(err, -EINVAL, "%s: %.60s: key name too long", path, entry);
+                        goto fail;
+                }
+                memcpy(section, entry, (size_t)(colon - entry));
+                section[colon - entry] = '\0';
+                strcpy(name, colon + 1);
+                if (!value)
+                        value = "";
+
+                if (strcmp(section, CFG_SECTION_CONSUMER) == 0 || strcmp(section, CFG_SECTION_PRODUCER) == 0) {
+                        r = cfg_check_passthrough(path, section, name, err);
+                        if (r < 0)
+                                goto fail;
+                        r = cfg_kv_list_add(strcmp(section, CFG_SECTION_CONSUMER) == 0 ? &c->kafka_consumer
+                                                                                        : &c->kafka_producer,
+                                            name, value);
+                        if (r < 0) {
+                                errbuf_set(err, r, "%s: out of memory", path);
+                                goto fail;
+                        }
+                        continue;
+                }
+                k = cfg_find_key(section, name);
+                if (!k) {
+                        r = errbuf_set(err, -EINVAL, "%s: [%s] %s: unknown %s", path, section, name,
+                                       cfg_is_section(section) ? "key" : "section");
+                        goto fail;
+                }
+                r = cfg_parse_value(k, value, c, err);
+                if (r < 0) {
+                        errbuf_prefix(err, r, "%s: [%s] %s", path, section, name);
+                        goto fail;
+                }
+                seen[k - cfg_keys] = true;
+        }
+        for (size_t i = 0; i < CFG_NKEYS; i++)
+                if (!cfg_keys[i].def && !seen[i]) {
+                        r = errbuf_set(err, -EINVAL, "%s: [%s] %s: required key is missing", path,
+                                       cfg_keys[i].section, cfg_keys[i].name);
+                        goto fail;
+                }
+
+        iniparser_freedict(d);
+        *ret = c;
+        return 0;
+fail:
+        cfg_free(c);
+        iniparser_freedict(d);
+        return r;
+}
+
+bool cfg_key_is_live(const char *section, const char *key) {
+        const cfg_key_t *k = cfg_find_key(section, key);
+
+        return k && k->live;
+}
+
+static void cfg_add_change(cfg_change_t *changes, size_t max, size_t *n, const char *section, const char *key,
+                           bool live) {
+        if (*n < max) {
+                snprintf(changes[*n].section, sizeof(changes[*n].section), "%s", section);
+                snprintf(changes[*n].key, sizeof(changes[*n].key), "%s", key);
+                changes[*n].live = live;
+        }
+        (*n)++;
+}
+
+static const char *cfg_kv_find(const cfg_kv_list_t *l, const char *name) {
+        for (size_t i = 0; i < l->n; i++)
+                if (strcmp(l->items[i].name, name) == 0)
+                        return l->items[i].value;
+        return NULL;
+}
+
+/* Keys of a added, removed or changed in b (removed ones found by walking b). */
+static void cfg_diff_kv(const char *section, const cfg_kv_list_t *a, const cfg_kv_list_t *b,
+                        cfg_change_t *changes, size_t max, size_t *n) {
+        for (size_t i = 0; i < b->n; i++) {
+                const char *old = cfg_kv_find(a, b->items[i].name);
+
+                if (!old || strcmp(old, b->items[i].value) != 0)
+                        cfg_add_change(changes, max, n, section, b->items[i].name, false);
+        }
+        for (size_t i = 0; i < a->n; i++)
+                if (!cfg_kv_find(b, a->items[i].name))
+                        cfg_add_change(changes, max, n, section, a->items[i].name, false);
+}
+
+int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t max, size_t *n) {
+        assert(old && new && n && (changes || max == 0));
+
+        *n = 0;
+        for (size_t i = 0; i < CFG_NKEYS; i++) {
+                char a[64], b[64];
+
+                if (strcmp(cfg_format_value(&cfg_keys[i], old, a, sizeof(a)),
+                           cfg_format_value(&cfg_keys[i], new, b, sizeof(b))) != 0)
+                        cfg_add_change(changes, max, n, cfg_keys[i].section, cfg_keys[i].name, cfg_keys[i].live);
+        }
+        cfg_diff_kv(CFG_SECTION_CONSUMER, &old->kafka_consumer, &new->kafka_consumer, changes, max, n);
+        cfg_diff_kv(CFG_SECTION_PRODUCER, &old->kafka_producer, &new->kafka_producer, changes, max, n);
+        return 0;
+}
+
+int cfg_kafka_apply(const cfg_t *c, int producer, rd_kafka_conf_t *conf, errbuf_t *err) {
+        const cfg_kv_list_t *l = producer ? &c->kafka_producer : &c->kafka_consumer;
+        const char *section = producer ? CFG_SECTION_PRODUCER : CFG_SECTION_CONSUMER;
+        char errstr[512];
+
+        for (size_t i = 0; i < l->n; i++) {
+                errstr[0] = '\0';
+                if (rd_kafka_conf_set(conf, l->items[i].name, l->items[i].value, errstr, sizeof(errstr)) !=
+                    RD_KAFKA_CONF_OK)
+                        return errbuf_set(err, -EINVAL, "%s: [%s] %s: %s", cfg_where(c->path), section,
+                                          l->items[i].name, errstr[0] ? errstr : "refused by librdkafka");
+        }
+        return 0;
+}
+
+/* The "range" column of the reference. */
+static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
+        char lo[32], hi[32];
+
+        switch (k->type) {
+        case CFG_T_INT:
+                snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max);
+                return buf;
+        case CFG_T_SIZE:
+                snprintf(buf, len, "%s..%s", cfg_format_bytes((uint64_t)k->min, lo, sizeof(lo)),
+                         cfg_format_bytes((uint64_t)k->max, hi, sizeof(hi)));
+                return buf;
+        case CFG_T_BUDGET:
+                snprintf(buf, len, "SIZE %s..%s, or PCT in (0, 100]", cfg_format_bytes((uint64_t)k->min, lo, sizeof(lo)),
+                         cfg_format_bytes((uint64_t)k->max, hi, sizeof(hi)));
+                return buf;
+        case CFG_T_LOG_LEVEL:
+                return "debug, info, notice, warning, err";
+        case CFG_T_BACKEND:
+                return "auto, cpu, cuda";
+        case CFG_T_PRECISION:
+                return "auto, fp32, fp16, bf16";
+        case CFG_T_TOPIC:
+                return "a-z A-Z 0-9 . _ -";
+        case CFG_T_STRING:
+                return "non-empty";
+        case CFG_T_PATH:
+                return k->optional ? "file, or empty" : "file";
+        }
+        return "";
+}
+
+int cfg_write_reference(FILE *out) {
+        fprintf(out,
+                "# inferd configuration reference\n"
+                "\n"
+                "<!-- Generated by cfg_write_reference() (`inferd --print-config-reference`) from the key\n"
+                "     table in src/daemon/cfg.c. Edit the table, not this file. -->\n"
+                "\n"
+                "inferd reads one INI file, `/etc/inferd/<instance>.ini` under systemd (`-c FILE`\n"
+                "otherwise). Section and key names are case-insensitive. A key that is absent takes its\n"
+                "default; an unknown section or key, a bad value, or a missing required key is an error\n"
+                "that names the file, the section and the key, and the daemon does not start (or, on\n"
+                "SIGHUP, keeps its running configuration). Unquoted values end at `;` or `#` (a\n"
+                "comment): quote a value that contains them.\n"
+                "\n"
+                "**Live** keys take effect on `systemctl reload` (SIGHUP). A change to any other key is\n"
+                "logged as needing a restart and is not applied.\n"
+                "\n"
+                "A SIZE is a byte count with an optional suffix `KiB`, `MiB`, `GiB` or `TiB` (also `K`,\n"
+                "`M`, `G`, `T`; binary), e.g. `512MiB` or `1.5GiB`. A percentage (`70%%`) is of the\n"
+                "device's total memory.\n"
+                "\n"
+                "| Section | Key | Type | Default | Range | Live | Description |\n"
+                "|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < CFG_NKEYS; i++) {
+                const cfg_key_t *k = &cfg_keys[i];
+                char range[96];
+
+                fprintf(out, "| `[%s]` | `%s` | %s | %s%s%s | %s | %s | %s |\n", k->section, k->name,
+                        cfg_type_name(k->type), k->def ? (*k->def ? "`" : "") : "",
+                        k->def ? (*k->def ? k->def : "(empty)") : "(required)", k->def && *k->def ? "`" : "",
+                        cfg_range_text(k, range, sizeof(range)), k->live ? "yes" : "no", k->description);
+        }
+        fprintf(out,
+                "\n"
+                "## `[kafka.consumer]` and `[kafka.producer]`\n"
+                "\n"
+                "Every key in these sections is passed verbatim, in file order, to librdkafka's\n"
+                "consumer or producer configuration (see librdkafka's CONFIGURATION.md). librdkafka\n"
+                "checks them when the daemon starts (and `inferd --check-config` does too); its error\n"
+                "text is reported with the file, the section and the key. They are never live: a\n"
+                "change needs a restart. inferd sets these itself, and a file may not:\n"
+                "\n");
+        for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
+                fprintf(out, "- `[%s]` `%s`: %s.\n", cfg_reserved[i].section, cfg_reserved[i].name,
+                        cfg_reserved[i].why);
+        return ferror(out) ? -EIO : 0;
+}
+
+int cfg_write_ini(const cfg_t *c, FILE *out) {
+        const char *section = NULL;
+
+        for (size_t i = 0; i < CFG_NKEYS; i++) {
+                const cfg_key_t *k = &cfg_keys[i];
+                char buf[64];
+
+                if (!section || strcmp(section, k->section) != 0) {
+                        fprintf(out, "%s[%s]\n", section ? "\n" : "", k->section);
+                        section = k->section;
+                }
+                fprintf(out, "%s = %s\n", k->name, cfg_format_value(k, c, buf, sizeof(buf)));
+        }
+        if (c->kafka_consumer.n)
+                fprintf(out, "\n[%s]\n", CFG_SECTION_CONSUMER);
+        for (size_t i = 0; i < c->kafka_consumer.n; i++)
+                fprintf(out, "%s = \"%s\"\n", c->kafka_consumer.items[i].name, c->kafka_consumer.items[i].value);
+        if (c->kafka_producer.n)
+                fprintf(out, "\n[%s]\n", CFG_SECTION_PRODUCER);
+        for (size_t i = 0; i < c->kafka_producer.n; i++)
+                fprintf(out, "%s = \"%s\"\n", c->kafka_producer.items[i].name, c->kafka_producer.items[i].value);
+        return ferror(out) ? -EIO : 0;
+}

@@ -1,0 +1,155 @@
+/* cfg: the daemon's INI configuration (/etc/inferd/<instance>.ini).
+ *
+ * One static table of keys (section, name, type, default, bounds, live or
+ * not, description) drives parsing, validation, defaults, the reload diff and
+ * the generated reference (docs/config.md). Unknown sections, unknown keys and
+ * bad values are errors, and every error sentence names the file, the section
+ * and the key: "/etc/inferd/blue.ini: [memory] gpu_budget: '170%' is not a
+ * size or a percentage in (0, 100]".
+ *
+ * [kafka.consumer] and [kafka.producer] are not in the table: their keys are
+ * kept verbatim, in file order, and validated only when cfg_kafka_apply()
+ * hands them to librdkafka, whose own error text is surfaced.
+ *
+ * This module reads and checks a file; it does not log, resolve "auto"
+ * (backend, precision), measure devices, or decide what a reload does: the
+ * daemon does, with cfg_diff() telling it which keys changed and whether each
+ * of them may change live. */
+#ifndef INFERD_CFG_H
+#define INFERD_CFG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "core/errbuf.h"
+#include "core/plan.h"
+
+#define CFG_DEFAULT_PATH "/etc/inferd/inferd.ini"
+
+/* Longest accepted string value (brokers lists are the long ones); longer is
+ * an error, never a silent truncation. */
+#define CFG_STRING_MAX 1024
+
+/* One [kafka.consumer] / [kafka.producer] entry, as written (iniparser lowers
+ * the case of key names; librdkafka's are lower case anyway). */
+typedef struct cfg_kv {
+        char *name;                     /* owned */
+        char *value;                    /* owned */
+} cfg_kv_t;
+
+typedef struct cfg_kv_list {
+        cfg_kv_t *items;                /* owned, n entries, in file order */
+        size_t n;
+} cfg_kv_list_t;
+
+typedef struct cfg {
+        char path[PATH_MAX];            /* the file it came from ("" for cfg_new_defaults) */
+
+        struct {
+                char instance[CFG_STRING_MAX];
+                int log_level;          /* syslog priority: LOG_ERR .. LOG_DEBUG */
+                int top_k;              /* 1..1000 */
+        } service;
+
+        struct {
+                char brokers[CFG_STRING_MAX];   /* bootstrap.servers */
+                char group_id[CFG_STRING_MAX];
+                char input_topic[CFG_STRING_MAX];
+                char output_topic[CFG_STRING_MAX];
+                char dlq_topic[CFG_STRING_MAX];
+        } kafka;
+        cfg_kv_list_t kafka_consumer;   /* [kafka.consumer], verbatim */
+        cfg_kv_list_t kafka_producer;   /* [kafka.producer], verbatim */
+
+        struct {
+                char weights[PATH_MAX]; /* required: cfg_load fails without it */
+                char labels[PATH_MAX];  /* "" = no labels */
+                precision_t precision;  /* may be PRECISION_AUTO: the daemon resolves it */
+        } model;
+
+        struct {
+                backend_t backend;      /* may be BACKEND_AUTO: the daemon resolves it */
+                int device;             /* CUDA device ordinal, 0..63 */
+        } engine;
+
+        struct {
+                /* A SIZE or a percentage of the device's memory, as written
+                 * (validated); resolve it with
+                 * units_parse_budget(gpu_budget, device_bytes, &budget). */
+                char gpu_budget[64];
+                bool gpu_budget_is_percent;
+                uint64_t host_budget_bytes;
+                int max_batch;          /* 1..4096; an upper bound, the plan may be lower */
+        } memory;
+
+        struct {
+                int max_delay_ms;       /* 0..10000 */
+        } batching;
+
+        struct {
+                int timeout_s;          /* 1..3600 */
+        } drain;
+} cfg_t;
+
+/* Reads and validates path. On success *ret is a new cfg_t (free it with
+ * cfg_free). Errors, each with a sentence in err naming the path (and the
+ * section and key when there is one):
+ *   -ENOENT / -EACCES / ...  the file cannot be opened;
+ *   -EINVAL  a syntax error, an unknown section or key, a key before any
+ *            section, a bad value, a missing required key ([model] weights),
+ *            or a passthrough key that inferd sets itself (bootstrap.servers,
+ *            group.id, enable.auto.offset.store, enable.idempotence, ...);
+ *   -ENOMEM. */
+int cfg_load(cfg_t **ret, const char *path, errbuf_t *err);
+
+/* A cfg_t holding every table default (and no weights, no passthrough keys):
+ * what a key absent from a file gets. */
+int cfg_new_defaults(cfg_t **ret);
+
+/* cfg_free(NULL) is a no-op. */
+void cfg_free(cfg_t *c);
+
+/* One key whose value differs between two configs. */
+typedef struct cfg_change {
+        char section[32];               /* "memory", "kafka.consumer", ... */
+        char key[128];
+        bool live;                      /* may change without a restart */
+} cfg_change_t;
+
+/* Compares old and new key by key, in table order and then the passthrough
+ * sections (a key added, removed or changed there counts; passthrough keys
+ * are never live, since librdkafka's handles must be rebuilt). Fills up to max
+ * entries of changes (which may be NULL when max is 0) and sets *n to the
+ * total number of changed keys, which may exceed max. Returns 0. A live
+ * [memory] max_batch change is live only within the plan made at start: the
+ * daemon clamps it to the plan's max_batch. */
+int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t max, size_t *n);
+
+/* Whether [section] key is in the table and live; false for unknown keys and
+ * the passthrough sections. */
+bool cfg_key_is_live(const char *section, const char *key);
+
+/* Applies [kafka.consumer] (producer == 0) or [kafka.producer] (producer != 0)
+ * to conf with rd_kafka_conf_set, in file order. A key librdkafka refuses
+ * gives -EINVAL and "<path>: [kafka.consumer] <key>: <librdkafka's text>". */
+int cfg_kafka_apply(const cfg_t *c, int producer, rd_kafka_conf_t *conf, errbuf_t *err);
+
+/* The syslog priority's name ("info") and back; -EINVAL for an unknown name. */
+const char *cfg_log_level_name(int priority);
+int cfg_log_level_from_string(const char *s, int *ret);
+
+/* Writes the reference of every table key as a markdown document (section,
+ * key, type, default, range, live, description), the text of docs/config.md.
+ * Returns 0 or -EIO. */
+int cfg_write_reference(FILE *out);
+
+/* Writes c back as INI text, every table key and passthrough entry (what
+ * `inferd --check-config` may print). Returns 0 or -EIO. */
+int cfg_write_ini(const cfg_t *c, FILE *out);
+
+#endif

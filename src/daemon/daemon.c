@@ -1,0 +1,660 @@
+/* daemon: inferd's manager object: life cycle, signals, rebalances,
+ * delivery reports and offsets, drain, reload, sd_notify. See daemon.h.
+ *
+ * One thread runs everything. The engine computes on its own thread (or the
+ * GPU) and librdkafka on its own threads; both reach this loop through fds
+ * only. The records' own path (take, pack, submit, reap, produce, DLQ,
+ * back-pressure) is pipeline.c; what follows a produced record is here:
+ *
+ *   producer fd -> delivery report -> batch_offsets_done -> store offset
+ *   -> commit (shortly after, on the poll timer; synchronously on revoke and
+ *      drain; librdkafka's auto-commit as well)
+ *
+ * Not here: argument parsing (inferd.c), Kafka handles and rebalance
+ * protocol details (kafka.c), slot/offset data structures (batch.c). */
+#include "daemon/daemon.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+
+#include "daemon/daemon-internal.h"
+#include "daemon/log.h"
+#include "daemon/pipebench.h"
+#include "core/units.h"
+
+#define DAEMON_POLL_INTERVAL_US (100 * 1000ULL)
+#define DAEMON_STATUS_INTERVAL_US (5 * 1000 * 1000ULL)
+#define DAEMON_PIPELINE_DEPTH 2
+#define DAEMON_START_EXTEND_US ((uint64_t)120 * 1000 * 1000)
+
+void daemon_fail(daemon_t *d, int status) {
+        if (!d->exit_status)
+                d->exit_status = status;
+        sd_event_exit(d->event, status);
+}
+
+/* --- drain ------------------------------------------------------------------ */
+
+static void daemon_log_left(daemon_t *d, const char *why) {
+        log_error("%s: %d record(s) in the pipeline, %zu delivery report(s) awaited, %d in the producer; "
+                  "their offsets are not committed and they will be redelivered",
+                  why, batch_records_held(d->batch), batch_offsets_pending(d->offsets),
+                  kafka_producer_outstanding(d->kafka));
+}
+
+static void daemon_check_drained(daemon_t *d) {
+        errbuf_t err = {};
+        int r;
+
+        if (!d->draining || d->exit_status)
+                return;
+        if (batch_records_held(d->batch) > 0 || batch_offsets_pending(d->offsets) > 0 ||
+            kafka_producer_outstanding(d->kafka) > 0)
+                return;
+        r = kafka_commit_sync(d->kafka, &err);
+        if (r < 0)
+                log_warning("%s", err.msg);
+        r = kafka_close(d->kafka, &err);
+        if (r < 0)
+                log_warning("%s", err.msg);
+        log_info("Drained in %.1f s: %" PRIu64 " records in, %" PRIu64 " predictions, %" PRIu64 " to the DLQ",
+                 (double)(daemon_now_us() - d->drain_started_us) / 1e6, d->records_in, d->predictions_out, d->dlq_out);
+        sd_event_exit(d->event, 0);
+}
+
+static void daemon_extend_stop(daemon_t *d) {
+        sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64, (uint64_t)(d->cfg->drain.timeout_s + 10) * (uint64_t)1000000);
+}
+
+static int daemon_on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)usec;
+        daemon_log_left(d, "Drain timed out");
+        daemon_fail(d, 1);
+        return 0;
+}
+
+static void daemon_begin_drain(daemon_t *d) {
+        int r;
+
+        d->draining = true;
+        d->drain_started_us = daemon_now_us();
+        sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", batch_records_held(d->batch));
+        daemon_extend_stop(d);
+        log_info("Draining: %d record(s) in the pipeline, %zu held back (redelivered later)",
+                 batch_records_held(d->batch), d->held_len);
+        if (!d->kafka) {
+                sd_event_exit(d->event, 0);
+                return;
+        }
+        pipeline_held_drop(d, NULL);
+        pipeline_update_pause(d);
+        pipeline_flush_filling(d);
+        r = sd_event_add_time_relative(d->event, &d->drain_timer, CLOCK_MONOTONIC,
+                                       (uint64_t)d->cfg->drain.timeout_s * 1000000ULL, 0, daemon_on_drain_timeout,
+                                       d);
+        if (r < 0)
+                log_warning("Failed to arm the drain timer: %s", strerror(-r));
+        daemon_check_drained(d);
+}
+
+static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        if (d->draining) {
+                log_warning("Second %s while draining: stopping now", strsignal((int)si->ssi_signo));
+                daemon_log_left(d, "Stopped before the drain finished");
+                daemon_fail(d, 1);
+                return 0;
+        }
+        log_info("Received %s: draining", strsignal((int)si->ssi_signo));
+        daemon_begin_drain(d);
+        return 0;
+}
+
+/* --- rebalance callbacks ----------------------------------------------------- */
+
+static void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
+        daemon_t *d = userdata;
+
+        for (int i = 0; i < parts->cnt; i++) {
+                if (batch_offsets_assign(d->offsets, parts->elems[i].topic, parts->elems[i].partition) < 0)
+                        log_error("Out of memory tracking partition %" PRId32, parts->elems[i].partition);
+                log_info_f(((log_fields_t){ LOG_TOPIC(parts->elems[i].topic), LOG_PARTITION(parts->elems[i].partition) }),
+                           "Partition assigned");
+        }
+}
+
+/* Before partitions go: every record taken so far is finished, produced,
+ * acknowledged and its offset stored, then committed. Blocks the loop (a
+ * rebalance is rare and bounded by drain.timeout_s). */
+static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
+        daemon_t *d = userdata;
+        uint64_t deadline = daemon_now_us() + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        errbuf_t err = {};
+        int left = 0;
+
+        d->in_revoke = true;
+        pipeline_held_drop(d, parts);
+        pipeline_flush_filling(d);
+        while (batch_records_held(d->batch) > 0 && !d->exit_status && daemon_now_us() < deadline) {
+                struct pollfd p = { .fd = engine_completion_fd(d->engine), .events = POLLIN };
+
+                poll(&p, 1, 100);
+                pipeline_reap(d);
+                kafka_poll_producer(d->kafka);
+                pipeline_produce_pending(d);
+        }
+        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline)
+                kafka_flush(d->kafka, 100, &left);
+        if (batch_records_held(d->batch) > 0 || batch_offsets_pending(d->offsets) > 0)
+                daemon_log_left(d, "Giving up partitions before their records were finished");
+        if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
+                log_warning("%s", err.msg);
+        d->in_revoke = false;
+}
+
+static void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
+        daemon_t *d = userdata;
+
+        for (int i = 0; i < parts->cnt; i++)
+                batch_offsets_revoke(d->offsets, parts->elems[i].topic, parts->elems[i].partition);
+}
+
+static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
+        daemon_t *d = userdata;
+        daemon_ticket_t *t = m->_private;
+        const char *topic;
+        int32_t partition;
+        int64_t next;
+        errbuf_t err = {};
+        int r;
+
+        if (!t)
+                return;
+        if (m->err) {
+                /* The record's offset is never stored, so everything from it
+                 * on in its partition is redelivered after a restart. */
+                log_error_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic), LOG_PARTITION(t->partition),
+                                             LOG_OFFSET(t->offset) }),
+                            "Failed to deliver the %s of a record: %s; stopping", t->dlq ? "DLQ copy" : "prediction",
+                            rd_kafka_err2str(m->err));
+                free(t);
+                daemon_fail(d, 1);
+                return;
+        }
+        d->delivered++;
+        if (t->part_id > 0) {
+                r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
+                if (r == 1) {
+                        if (kafka_store_offset(d->kafka, topic, partition, next, &err) < 0)
+                                log_warning("%s", err.msg);
+                        else
+                                d->stored_uncommitted = true;
+                }
+        }
+        free(t);
+}
+
+static void daemon_on_fatal(void *userdata, const char *reason) {
+        daemon_t *d = userdata;
+
+        log_error("Stopping on a fatal Kafka error: %s", reason);
+        daemon_fail(d, 1);
+}
+
+/* --- event handlers ------------------------------------------------------------ */
+
+static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)revents;
+        kafka_fd_clear(fd);
+        pipeline_pump(d);
+        daemon_check_drained(d);
+        return 0;
+}
+
+static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)revents;
+        kafka_fd_clear(fd);
+        kafka_poll_producer(d->kafka);
+        daemon_check_drained(d);
+        return 0;
+}
+
+static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)fd;
+        (void)revents;
+        pipeline_reap(d);
+        pipeline_pump(d);
+        daemon_check_drained(d);
+        return 0;
+}
+
+static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t oldest;
+        int slot = batch_filling(d->batch, &oldest);
+
+        (void)s;
+        (void)usec;
+        if (slot < 0)
+                return 0;
+        if (oldest + (uint64_t)d->cfg->batching.max_delay_ms * 1000ULL <= daemon_now_us())
+                pipeline_submit(d, slot);
+        else
+                pipeline_arm_delay(d, oldest);
+        return 0;
+}
+
+static int daemon_on_defer(sd_event_source *s, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        pipeline_pump(d);
+        return 0;
+}
+
+static void daemon_status(daemon_t *d, uint64_t t) {
+        double secs = (double)(t - d->status_last_us) / 1e6;
+        uint64_t nb = d->batches - d->status_last_batches;
+
+        if (secs <= 0)
+                return;
+        sd_notifyf(0, "STATUS=%.1f records/s, batch %.1f, %d/%d slots busy, %zu deliveries awaited, %" PRIu64
+                      " records, %" PRIu64 " to the DLQ",
+                   (double)(d->delivered - d->status_last_delivered) / secs,
+                   nb ? (double)(d->batch_records - d->status_last_batch_records) / (double)nb : 0.0,
+                   batch_in_flight(d->batch), batch_depth(d->batch), batch_offsets_pending(d->offsets),
+                   d->records_in, d->dlq_out);
+        d->status_last_us = t;
+        d->status_last_delivered = d->delivered;
+        d->status_last_batches = d->batches;
+        d->status_last_batch_records = d->batch_records;
+}
+
+static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t t = daemon_now_us();
+
+        (void)usec;
+        kafka_poll_producer(d->kafka);
+        if (d->stored_uncommitted) {
+                kafka_commit_async(d->kafka);
+                d->stored_uncommitted = false;
+        }
+        if (pipeline_produce_pending(d) == 0)
+                pipeline_pump(d);
+        daemon_check_drained(d);
+        if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
+                daemon_status(d, t);
+        sd_event_source_set_time(s, t + DAEMON_POLL_INTERVAL_US);
+        return 0;
+}
+
+/* WATCHDOG=1 only while the pipeline makes progress: it is idle, or a batch
+ * completed within the watchdog interval. A stuck batch stops the pings. */
+static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t t = daemon_now_us();
+
+        (void)usec;
+        if (batch_in_flight(d->batch) == 0 || t - d->last_progress_us < d->watchdog_usec)
+                sd_notify(0, "WATCHDOG=1");
+        else
+                log_warning("No batch completed for %.1f s: not pinging the watchdog",
+                            (double)(t - d->last_progress_us) / 1e6);
+        sd_event_source_set_time(s, t + d->watchdog_usec / 4);
+        return 0;
+}
+
+/* --- reload ------------------------------------------------------------------------ */
+
+static void daemon_reload(daemon_t *d) {
+        cfg_change_t changes[64];
+        cfg_t *next = NULL;
+        errbuf_t err = {};
+        size_t n = 0;
+        int r;
+
+        sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
+        r = cfg_load(&next, d->config_path, &err);
+        if (r < 0) {
+                log_error("Failed to reload '%s', keeping the running configuration: %s", d->config_path, err.msg);
+                goto done;
+        }
+        cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
+        if (n == 0)
+                log_info("Reloaded '%s': nothing changed", d->config_path);
+        for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
+                const cfg_change_t *c = &changes[i];
+
+                if (!c->live) {
+                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
+                                    c->key);
+                        continue;
+                }
+                if (!strcmp(c->section, "service") && !strcmp(c->key, "log_level")) {
+                        d->cfg->service.log_level = next->service.log_level;
+                        log_set_level(next->service.log_level);
+                } else if (!strcmp(c->section, "service") && !strcmp(c->key, "top_k")) {
+                        if (next->service.top_k > d->engine_top_k) {
+                                log_warning("Reload: [service] top_k = %d is above the %d the engine was opened "
+                                            "with; this needs a restart, keeping %d",
+                                            next->service.top_k, d->engine_top_k, d->top_k);
+                                continue;
+                        }
+                        d->cfg->service.top_k = d->top_k = next->service.top_k;
+                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_delay_ms")) {
+                        d->cfg->batching.max_delay_ms = next->batching.max_delay_ms;
+                } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
+                        int got = batch_set_limit(d->batch, next->memory.max_batch);
+
+                        d->cfg->memory.max_batch = next->memory.max_batch;
+                        if (got != next->memory.max_batch)
+                                log_warning("Reload: [memory] max_batch = %d is above the plan's %d; using %d",
+                                            next->memory.max_batch, batch_capacity(d->batch), got);
+                } else if (!strcmp(c->section, "drain") && !strcmp(c->key, "timeout_s")) {
+                        d->cfg->drain.timeout_s = next->drain.timeout_s;
+                } else {
+                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
+                                    c->key);
+                        continue;
+                }
+                log_info("Reload: [%s] %s applied", c->section, c->key);
+        }
+        if (n > sizeof(changes) / sizeof(changes[0]))
+                log_warning("Reload: %zu more changes not listed; they need a restart",
+                            n - sizeof(changes) / sizeof(changes[0]));
+done:
+        cfg_free(next);
+        sd_notify(0, "READY=1\nSTATUS=Reloaded");
+}
+
+static int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)si;
+        if (d->draining) {
+                log_info("Ignoring SIGHUP while draining");
+                return 0;
+        }
+        daemon_reload(d);
+        return 0;
+}
+
+/* --- life cycle --------------------------------------------------------------------- */
+
+int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *err) {
+        daemon_t *d;
+        int r;
+
+        assert(ret && cfg);
+        d = calloc(1, sizeof(*d));
+        if (!d) {
+                cfg_free(cfg);
+                return -ENOMEM;
+        }
+        d->cfg = cfg;
+        d->config_path = strdup(config_path ? config_path : CFG_DEFAULT_PATH);
+        if (!d->config_path) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        r = batch_offsets_new(&d->offsets);
+        if (r < 0)
+                goto fail;
+        r = sd_event_default(&d->event);
+        if (r < 0) {
+                errbuf_set(err, r, "Failed to create the event loop: %s", strerror(-r));
+                goto fail;
+        }
+        /* The signals were blocked by main before any thread started. */
+        if ((r = sd_event_add_signal(d->event, &d->sig_term, SIGTERM, daemon_on_stop_signal, d)) < 0 ||
+            (r = sd_event_add_signal(d->event, &d->sig_int, SIGINT, daemon_on_stop_signal, d)) < 0 ||
+            (r = sd_event_add_signal(d->event, &d->sig_hup, SIGHUP, daemon_on_sighup, d)) < 0) {
+                errbuf_set(err, r, "Failed to add the signal sources: %s", strerror(-r));
+                goto fail;
+        }
+        log_setup(cfg->service.instance, LOG_TARGET_AUTO);
+        log_set_level(cfg->service.log_level);
+        *ret = d;
+        return 0;
+fail:
+        daemon_free(d);
+        return r;
+}
+
+void daemon_free(daemon_t *d) {
+        if (!d)
+                return;
+        /* Every message goes before its handle (rd_kafka_destroy waits for
+         * them): the held ones, and those slots still own after an abort
+         * (the engine copied their bytes and never reads the messages). */
+        pipeline_held_drop(d, NULL);
+        if (d->batch)
+                for (int s = 0; s < batch_depth(d->batch); s++) {
+                        if (batch_slot_state(d->batch, s) == BATCH_SLOT_FREE)
+                                continue;
+                        for (int i = 0; i < batch_slot_count(d->batch, s); i++) {
+                                batch_entry_t *e = batch_slot_entry(d->batch, s, i);
+
+                                if (e->msg)
+                                        rd_kafka_message_destroy(e->msg);
+                                e->msg = NULL;
+                        }
+                }
+        /* Then Kafka, before the rest: its callbacks point into d. */
+        kafka_free(d->kafka);
+        d->kafka = NULL;
+        sd_event_source_unref(d->sig_term);
+        sd_event_source_unref(d->sig_int);
+        sd_event_source_unref(d->sig_hup);
+        sd_event_source_unref(d->consumer_io);
+        sd_event_source_unref(d->producer_io);
+        sd_event_source_unref(d->engine_io);
+        sd_event_source_unref(d->poll_timer);
+        sd_event_source_unref(d->delay_timer);
+        sd_event_source_unref(d->drain_timer);
+        sd_event_source_unref(d->watchdog_timer);
+        sd_event_source_unref(d->defer);
+        sd_event_unref(d->event);
+        engine_free(d->engine);
+        labels_free(d->labels);
+        model_free(d->model);
+        batch_free(d->batch);
+        batch_offsets_free(d->offsets);
+        free(d->slot_produced);
+        free(d->held);
+        cfg_free(d->cfg);
+        free(d->config_path);
+        free(d);
+}
+
+/* The engine options a config gives (shared with inferd --plan). */
+static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budget, size_t len) {
+        engine_options_init(o);
+        o->backend = c->engine.backend;
+        /* The config's precision is CUDA's; the CPU engine computes in fp32
+         * whatever it says (the file's comment says so), as AUTO does. */
+        o->precision = c->engine.backend == BACKEND_CPU ? PRECISION_AUTO : c->model.precision;
+        o->device = c->engine.device;
+        o->device_budget = c->memory.gpu_budget;
+        snprintf(host_budget, len, "%" PRIu64, c->memory.host_budget_bytes);
+        o->host_budget = host_budget;
+        o->max_batch = c->memory.max_batch;
+        o->pipeline_depth = DAEMON_PIPELINE_DEPTH;
+        o->top_k = c->service.top_k;
+}
+
+int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err) {
+        engine_options_t o;
+        model_t *m = NULL;
+        char host[32];
+        int r;
+
+        daemon_engine_options(c, &o, host, sizeof(host));
+        r = model_describe(&m);
+        if (r < 0)
+                return errbuf_set(err, r, "Failed to describe the model: %s", strerror(-r));
+        r = engine_plan(m, &o, ret, warning, warning_len, err);
+        model_free(m);
+        return r;
+}
+
+int daemon_start(daemon_t *d, errbuf_t *err) {
+        const kafka_callbacks_t cb = {
+                .assigned = daemon_on_assigned,
+                .revoking = daemon_on_revoking,
+                .revoked = daemon_on_revoked,
+                .delivered = daemon_on_delivered,
+                .fatal = daemon_on_fatal,
+        };
+        engine_options_t o;
+        kafka_limits_t lim;
+        const plan_t *plan;
+        char host[32], warning[512] = "", size[32];
+        uint64_t kafka_bytes;
+        int r;
+
+        sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Loading %s", DAEMON_START_EXTEND_US,
+                   d->cfg->model.weights);
+        if (d->bench_pipeline) {
+                /* The layer table only: nothing is computed. */
+                r = model_describe(&d->model);
+                if (r < 0)
+                        return errbuf_set(err, r, "Failed to describe the model: %s", strerror(-r));
+                snprintf(d->model->id, sizeof(d->model->id), "none");
+        } else {
+                r = model_load(&d->model, d->cfg->model.weights, err);
+                if (r < 0)
+                        return r;
+        }
+        if (d->cfg->model.labels[0]) {
+                r = labels_load(&d->labels, d->cfg->model.labels, MODEL_CLASSES, err);
+                if (r < 0)
+                        return r;
+        }
+        sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Planning and opening the engine",
+                   DAEMON_START_EXTEND_US);
+        daemon_engine_options(d->cfg, &o, host, sizeof(host));
+        if (d->bench_pipeline) {
+                plan_t bench_plan;
+
+                o.backend = BACKEND_CPU;
+                o.precision = PRECISION_AUTO;
+                r = engine_plan(d->model, &o, &bench_plan, NULL, 0, err);
+                if (r < 0)
+                        return r;
+                r = pipebench_open(&d->engine, &bench_plan, err);
+                if (r < 0)
+                        return r;
+                log_warning("PIPELINE BENCHMARK MODE: the model is not run; every prediction is a placeholder "
+                            "(backend \"%s\")", PIPEBENCH_BACKEND_NAME);
+        } else {
+                r = engine_open(&d->engine, d->model, &o, warning, sizeof(warning), err);
+                if (r < 0)
+                        return r;
+        }
+        if (warning[0])
+                log_warning("%s", warning);
+        plan = engine_plan_of(d->engine);
+        log_info("Engine %s %s: batch %d, %d slots, device plan %s", engine_backend(d->engine),
+                 precision_name(engine_precision(d->engine)), engine_max_batch(d->engine), engine_slots(d->engine),
+                 units_format_size(plan->total_bytes, size, sizeof(size)));
+        d->engine_top_k = plan->top_k;
+        d->top_k = d->cfg->service.top_k < d->engine_top_k ? d->cfg->service.top_k : d->engine_top_k;
+        d->meta = (prediction_meta_t){
+                .model_id = d->model->id,
+                .backend = engine_backend(d->engine),
+                .precision = precision_name(engine_precision(d->engine)),
+                .instance = d->cfg->service.instance,
+                .labels = d->labels,
+        };
+
+        r = batch_new(&d->batch, engine_slots(d->engine), engine_max_batch(d->engine));
+        if (r < 0)
+                return errbuf_set(err, r, "Failed to set up the batcher: %s", strerror(-r));
+        batch_set_limit(d->batch, d->cfg->memory.max_batch);
+        d->slot_produced = calloc((size_t)engine_slots(d->engine), sizeof(int));
+        if (!d->slot_produced)
+                return -ENOMEM;
+
+        /* What the host budget leaves after the pinned buffers bounds the
+         * records librdkafka may prefetch. */
+        kafka_bytes = d->cfg->memory.host_budget_bytes > plan->pinned_host_bytes
+                              ? d->cfg->memory.host_budget_bytes - plan->pinned_host_bytes
+                              : 0;
+        kafka_limits_from_budget(kafka_bytes, &lim);
+        r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
+        if (r < 0)
+                return r;
+
+        if ((r = sd_event_add_io(d->event, &d->consumer_io, kafka_consumer_fd(d->kafka), EPOLLIN,
+                                 daemon_on_consumer_io, d)) < 0 ||
+            (r = sd_event_add_io(d->event, &d->producer_io, kafka_producer_fd(d->kafka), EPOLLIN,
+                                 daemon_on_producer_io, d)) < 0 ||
+            (r = sd_event_add_io(d->event, &d->engine_io, engine_completion_fd(d->engine), EPOLLIN,
+                                 daemon_on_engine_io, d)) < 0 ||
+            (r = sd_event_add_time(d->event, &d->poll_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_POLL_INTERVAL_US,
+                                   0, daemon_on_poll, d)) < 0 ||
+            (r = sd_event_add_time(d->event, &d->delay_timer, CLOCK_MONOTONIC, 0, 0, daemon_on_delay, d)) < 0 ||
+            (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
+                return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
+        sd_event_source_set_enabled(d->poll_timer, SD_EVENT_ON);
+        sd_event_source_set_enabled(d->delay_timer, SD_EVENT_OFF);
+        sd_event_source_set_enabled(d->defer, SD_EVENT_OFF);
+        if (sd_watchdog_enabled(0, &d->watchdog_usec) > 0 && d->watchdog_usec > 0) {
+                r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, daemon_now_us(), 0,
+                                      daemon_on_watchdog, d);
+                if (r < 0)
+                        return errbuf_set(err, r, "Failed to add the watchdog timer: %s", strerror(-r));
+                sd_event_source_set_enabled(d->watchdog_timer, SD_EVENT_ON);
+        }
+
+        r = kafka_subscribe(d->kafka, err);
+        if (r < 0)
+                return r;
+        d->started = true;
+        d->status_last_us = d->last_progress_us = daemon_now_us();
+        log_info("Consuming '%s' from %s as group '%s': predictions to '%s', refused records to '%s'",
+                 d->cfg->kafka.input_topic, d->cfg->kafka.brokers, d->cfg->kafka.group_id,
+                 d->cfg->kafka.output_topic, d->cfg->kafka.dlq_topic);
+        sd_notifyf(0, "READY=1\nSTATUS=Consuming %s, batch up to %d", d->cfg->kafka.input_topic,
+                   batch_limit(d->batch));
+        return 0;
+}
+
+void daemon_set_bench_pipeline(daemon_t *d, bool on) {
+        d->bench_pipeline = on;
+}
+
+int daemon_run(daemon_t *d) {
+        int r = sd_event_loop(d->event);
+
+        if (r < 0) {
+                log_error("The event loop failed: %s", strerror(-r));
+                return 1;
+        }
+        return d->exit_status ? d->exit_status : r;
+}

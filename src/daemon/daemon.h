@@ -1,0 +1,50 @@
+/* daemon: the manager object of inferd, and its one sd-event loop.
+ *
+ * It owns everything the running service has: the config, the model and the
+ * engine, the Kafka handles, the batcher and the offset store, and every
+ * event source (the consumer's and producer's queue fds, the engine's
+ * completion fd, SIGTERM/SIGINT/SIGHUP, the poll, batch-delay, drain,
+ * status and watchdog timers). It wires them into the pipeline: validate,
+ * pack, submit, produce, store offsets after delivery, commit. It also
+ * speaks sd_notify (READY, STATUS, RELOADING, STOPPING, WATCHDOG,
+ * EXTEND_TIMEOUT_USEC).
+ *
+ * It does not parse arguments (inferd.c does) nor run the model (engine_). */
+#ifndef INFERD_DAEMON_H
+#define INFERD_DAEMON_H
+
+#include <stdbool.h>
+
+#include "daemon/cfg.h"
+#include "core/errbuf.h"
+#include "core/plan.h"
+
+typedef struct daemon daemon_t;
+
+/* Takes ownership of cfg (also on failure). config_path is where SIGHUP
+ * re-reads it. The caller has blocked SIGTERM, SIGINT and SIGHUP already:
+ * the signal sources are added here. */
+int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *err);
+
+/* The plan a config gives, without weights or Kafka (inferd --plan).
+ * *warning receives a sentence when AUTO fell back to the CPU. */
+int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err);
+
+/* NULL is a no-op. */
+void daemon_free(daemon_t *d);
+
+/* The pipeline benchmark: daemon_start opens the no-compute executor of
+ * pipebench.h instead of the engine (and loads no weights). For
+ * `inferd --bench-pipeline` only; never a config choice. */
+void daemon_set_bench_pipeline(daemon_t *d, bool on);
+
+/* Loads the weights, opens the engine, creates the Kafka handles and
+ * subscribes, then sends READY=1. */
+int daemon_start(daemon_t *d, errbuf_t *err);
+
+/* Runs the loop until a drain finishes (returns 0) or the daemon stops on
+ * an error, a drain timeout or a second SIGTERM (returns > 0, the exit
+ * status). */
+int daemon_run(daemon_t *d);
+
+#endif

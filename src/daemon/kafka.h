@@ -1,0 +1,116 @@
+/* kafka: the daemon's consumer and producer, wired for an event loop.
+ *
+ * Two librdkafka handles: a consumer in the configured group (subscribed to
+ * the input topic, enable.auto.offset.store=false, so only offsets that the
+ * daemon stores after a delivery report are committed) and an idempotent
+ * producer for the predictions and the DLQ. Each handle's queue signals an
+ * eventfd when it becomes non-empty (rd_kafka_queue_io_event_enable), so the
+ * event loop waits on two fds; librdkafka's own log lines are routed to those
+ * queues and reach the caller's thread.
+ *
+ * Rebalances (eager and cooperative) are handled here, and the daemon is
+ * called back before partitions are given up so that it can finish and
+ * commit their records first. This module does not decide what a record
+ * becomes (the daemon does) and keeps no offsets of its own (batch_ does). */
+#ifndef INFERD_KAFKA_H
+#define INFERD_KAFKA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "daemon/cfg.h"
+#include "core/errbuf.h"
+
+typedef struct kafka kafka_t;
+
+typedef struct kafka_callbacks {
+        /* After partitions were added to the assignment. */
+        void (*assigned)(void *userdata, const rd_kafka_topic_partition_list_t *parts);
+        /* Before partitions are given up: finish the records taken from them
+         * and commit (unless lost: another member owns them already). */
+        void (*revoking)(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost);
+        /* After they were removed from the assignment. */
+        void (*revoked)(void *userdata, const rd_kafka_topic_partition_list_t *parts);
+        /* The delivery report of a produced record; m->_private is the
+         * opaque given to kafka_produce. */
+        void (*delivered)(void *userdata, const rd_kafka_message_t *m);
+        /* A fatal error: the handle cannot go on. */
+        void (*fatal)(void *userdata, const char *reason);
+} kafka_callbacks_t;
+
+/* Fetch and queue limits derived from the host budget: the fetched bytes
+ * librdkafka may hold before the pipeline takes them. */
+typedef struct kafka_limits {
+        uint64_t queued_max_kbytes;     /* queued.max.messages.kbytes */
+        uint64_t fetch_max_bytes;       /* fetch.max.bytes */
+        uint64_t partition_fetch_max_bytes;     /* max.partition.fetch.bytes */
+} kafka_limits_t;
+
+/* Derives the limits from the bytes of host memory left for Kafka. */
+void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret);
+
+/* Creates both handles from c (brokers, group, [kafka.consumer] and
+ * [kafka.producer] applied over our defaults; librdkafka's refusal is the
+ * error sentence). Nothing is subscribed yet. */
+int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const kafka_callbacks_t *cb,
+              void *userdata, errbuf_t *err);
+
+/* Destroys both handles (call kafka_close first to leave the group). NULL is
+ * a no-op. */
+void kafka_free(kafka_t *k);
+
+int kafka_subscribe(kafka_t *k, errbuf_t *err);
+
+/* The eventfds to wait on. Read them with kafka_fd_clear before serving. */
+int kafka_consumer_fd(const kafka_t *k);
+int kafka_producer_fd(const kafka_t *k);
+void kafka_fd_clear(int fd);
+
+/* Serves the consumer queue once without blocking: rebalances, errors and
+ * logs are handled (and call back); returns 1 with a message in *ret (the
+ * caller destroys it), or 0 when the queue is empty. */
+int kafka_consume(kafka_t *k, rd_kafka_message_t **ret);
+
+/* Serves the producer queue (delivery reports, errors, logs). */
+void kafka_poll_producer(kafka_t *k);
+
+/* Pauses or resumes every assigned partition; partitions assigned while
+ * paused are paused too. */
+int kafka_set_paused(kafka_t *k, bool paused);
+bool kafka_is_paused(const kafka_t *k);
+
+/* Produces a copy of value to topic with key and headers (whose ownership
+ * moves to librdkafka on success only). -ENOBUFS when the producer's queue is
+ * full (poll and retry), other -errno with a sentence otherwise. */
+int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
+                  size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err);
+
+/* Stores next_offset (the next record to read) for commit. */
+int kafka_store_offset(kafka_t *k, const char *topic, int32_t partition, int64_t next_offset, errbuf_t *err);
+
+/* Commits the stored offsets now and waits for the broker's answer.
+ * Nothing stored is not an error. */
+int kafka_commit_sync(kafka_t *k, errbuf_t *err);
+
+/* Starts a commit of the stored offsets without waiting: the daemon commits
+ * shortly after storing, so that a rebalance or a crash finds little that
+ * was done and not committed (librdkafka's auto-commit stays on as well). */
+int kafka_commit_async(kafka_t *k);
+
+/* Waits up to timeout_ms for every produced record's delivery report.
+ * Returns 0, or -ETIMEDOUT with the number left in *left. */
+int kafka_flush(kafka_t *k, int timeout_ms, int *left);
+
+/* Records produced and not yet reported. */
+int kafka_producer_outstanding(const kafka_t *k);
+
+/* Leaves the group (the revoke callback runs from here) and stops fetching. */
+int kafka_close(kafka_t *k, errbuf_t *err);
+
+/* Partitions currently assigned. */
+int kafka_assigned_count(kafka_t *k);
+
+#endif

@@ -1,0 +1,247 @@
+/* engine: chooses a backend, makes its plan, and runs the bookkeeping that
+ * both backends share (slot states, record formats, waiting). The compute is
+ * in engine_cpu.c and cuda/. See engine.h. */
+#include "engine/engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/units.h"
+
+#define ENGINE_DEFAULT_DEVICE_BUDGET "70%"
+#define ENGINE_DEFAULT_HOST_BUDGET "2GiB"
+
+void engine_options_init(engine_options_t *o) {
+        memset(o, 0, sizeof(*o));
+        o->backend = BACKEND_AUTO;
+        o->precision = PRECISION_AUTO;
+        o->max_batch = 256;
+        o->pipeline_depth = 2;
+        o->top_k = 5;
+}
+
+static void engine_warn(char *warning, size_t len, const char *fmt, const char *a, const char *b) {
+        if (warning && len)
+                snprintf(warning, len, fmt, a, b);
+}
+
+/* Resolves AUTO, finds the memory to plan for, and fills the request.
+ * for_open: the engine will really run (a CUDA device is required for
+ * CUDA); otherwise --device-memory may stand in for an absent device. */
+static int engine_request(const engine_options_t *o, int for_open, plan_request_t *req, char *warning,
+                          size_t warning_len, errbuf_t *err) {
+        uint64_t device_total = 0;
+        char why[256] = "";
+        int have_cuda, r;
+
+        memset(req, 0, sizeof(*req));
+        if (warning && warning_len)
+                warning[0] = '\0';
+        if (o->top_k < 1 || o->top_k > ENGINE_TOPK_MAX)
+                return errbuf_set(err, -EINVAL, "top-k must be between 1 and %d, not %d", ENGINE_TOPK_MAX, o->top_k);
+        /* max_batch and pipeline_depth are plan_make's to check. */
+
+        /* Asking the driver initialises it: not for an explicit CPU engine. */
+        have_cuda = o->backend != BACKEND_CPU &&
+                    engine_cuda_probe(o->device, &device_total, why, sizeof(why)) > o->device;
+        req->backend = o->backend;
+        req->precision = o->precision;
+        if (req->backend == BACKEND_AUTO) {
+                if (have_cuda || (!for_open && o->device_memory_bytes > 0))
+                        req->backend = BACKEND_CUDA;
+                else {
+                        req->backend = BACKEND_CPU;
+                        engine_warn(warning, warning_len, "no usable CUDA device (%s); using the CPU engine%s", why,
+                                    req->precision == PRECISION_FP16 || req->precision == PRECISION_BF16
+                                            ? ", which computes in fp32"
+                                            : "");
+                        if (req->precision != PRECISION_FP32)
+                                req->precision = PRECISION_AUTO;
+                }
+        } else if (req->backend == BACKEND_CUDA && !have_cuda && (for_open || o->device_memory_bytes == 0)) {
+                return errbuf_set(err, -ENODEV, "the CUDA engine cannot run: %s", why);
+        }
+        if (req->precision == PRECISION_AUTO)
+                req->precision = req->backend == BACKEND_CUDA ? PRECISION_FP16 : PRECISION_FP32;
+        if (req->backend == BACKEND_CPU && req->precision != PRECISION_FP32)
+                return errbuf_set(err, -EINVAL, "the CPU engine computes in fp32 only, not %s",
+                                  precision_name(req->precision));
+
+        if (o->device_memory_bytes > 0)
+                req->device_memory_bytes = o->device_memory_bytes;
+        else if (req->backend == BACKEND_CUDA)
+                req->device_memory_bytes = device_total;
+        else
+                req->device_memory_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+
+        r = units_parse_budget(o->device_budget ? o->device_budget : ENGINE_DEFAULT_DEVICE_BUDGET,
+                               req->device_memory_bytes, &req->budget_bytes);
+        if (r < 0)
+                return errbuf_set(err, -EINVAL, "budget '%s' is not a size (such as 8GiB) or a percentage in (0, 100]",
+                                  o->device_budget);
+        r = units_parse_size(o->host_budget ? o->host_budget : ENGINE_DEFAULT_HOST_BUDGET, &req->host_budget_bytes);
+        if (r < 0)
+                return errbuf_set(err, -EINVAL, "host budget '%s' is not a size (such as 2GiB)", o->host_budget);
+        req->pipeline_depth = o->pipeline_depth;
+        req->record_bytes = RECORD_MAX_BYTES;
+        req->max_batch = o->max_batch;
+        req->top_k = o->top_k;
+        req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
+        return 0;
+}
+
+int engine_plan(const model_t *m, const engine_options_t *o, plan_t *ret, char *warning, size_t warning_len,
+                errbuf_t *err) {
+        plan_request_t req;
+        int r;
+
+        r = engine_request(o, 0, &req, warning, warning_len, err);
+        if (r < 0)
+                return r;
+        return plan_make(m, &req, ret, err);
+}
+
+int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *warning, size_t warning_len,
+                errbuf_t *err) {
+        engine_t *e;
+        int r;
+
+        if (!m->weights)
+                return errbuf_set(err, -EINVAL, "the model has no weights loaded");
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return errbuf_set(err, -ENOMEM, "out of memory");
+        r = engine_request(o, 1, &e->request, warning, warning_len, err);
+        if (r < 0)
+                goto fail;
+        r = plan_make(m, &e->request, &e->plan, err);
+        if (r < 0)
+                goto fail;
+        e->ops = e->request.backend == BACKEND_CUDA ? &engine_cuda_ops : &engine_cpu_ops;
+        e->model = m;
+        e->device = o->device;
+        r = e->ops->open(e, err);
+        if (r < 0) {
+                e->ops = NULL;  /* open cleans up after itself */
+                goto fail;
+        }
+        e->formats = calloc((size_t)e->plan.pipeline_depth * e->plan.max_batch, sizeof(*e->formats));
+        e->slot_n = calloc((size_t)e->plan.pipeline_depth, sizeof(*e->slot_n));
+        e->slot_state = calloc((size_t)e->plan.pipeline_depth, sizeof(*e->slot_state));
+        if (!e->formats || !e->slot_n || !e->slot_state) {
+                r = errbuf_set(err, -ENOMEM, "out of memory");
+                goto fail;
+        }
+        *ret = e;
+        return 0;
+fail:
+        engine_free(e);
+        return r;
+}
+
+void engine_free(engine_t *e) {
+        if (!e)
+                return;
+        if (e->ops)
+                e->ops->close(e);
+        free(e->formats);
+        free(e->slot_n);
+        free(e->slot_state);
+        free(e);
+}
+
+const char *engine_backend(const engine_t *e) {
+        return e->ops->name;
+}
+
+precision_t engine_precision(const engine_t *e) {
+        return e->plan.precision;
+}
+
+const plan_t *engine_plan_of(const engine_t *e) {
+        return &e->plan;
+}
+
+int engine_slots(const engine_t *e) {
+        return e->plan.pipeline_depth;
+}
+
+int engine_max_batch(const engine_t *e) {
+        return e->plan.max_batch;
+}
+
+void *engine_slot_record(engine_t *e, int slot, int i) {
+        assert(slot >= 0 && slot < e->plan.pipeline_depth && i >= 0 && i < e->plan.max_batch);
+        return (char *)e->ops->slot_input(e, slot) + (size_t)i * RECORD_MAX_BYTES;
+}
+
+void engine_slot_set_format(engine_t *e, int slot, int i, record_format_t f) {
+        e->formats[(size_t)slot * e->plan.max_batch + i] = f;
+}
+
+int engine_submit(engine_t *e, int slot, int n, errbuf_t *err) {
+        int r;
+
+        if (slot < 0 || slot >= e->plan.pipeline_depth)
+                return errbuf_set(err, -EINVAL, "no slot %d", slot);
+        if (n < 1 || n > e->plan.max_batch)
+                return errbuf_set(err, -EINVAL, "a batch of %d records does not fit the plan (1..%d)", n,
+                                  e->plan.max_batch);
+        if (e->slot_state[slot] == ENGINE_SLOT_BUSY)
+                return errbuf_set(err, -EBUSY, "slot %d is still in flight", slot);
+        for (int i = 0; i < n; i++) {
+                record_format_t f = e->formats[(size_t)slot * e->plan.max_batch + i];
+
+                if (f != RECORD_RGB8 && f != RECORD_F32_CHW)
+                        return errbuf_set(err, -EINVAL, "record %d of slot %d has no runnable format", i, slot);
+        }
+        e->slot_n[slot] = n;
+        e->slot_state[slot] = ENGINE_SLOT_BUSY;
+        r = e->ops->submit(e, slot, n, err);
+        if (r < 0)
+                e->slot_state[slot] = ENGINE_SLOT_IDLE;
+        return r;
+}
+
+int engine_completion_fd(engine_t *e) {
+        return e->ops->completion_fd(e);
+}
+
+int engine_reap(engine_t *e, int *slot, errbuf_t *err) {
+        int r = e->ops->reap(e, slot, err);
+
+        if (r > 0)
+                e->slot_state[*slot] = ENGINE_SLOT_DONE;
+        return r;
+}
+
+int engine_wait(engine_t *e, int slot, errbuf_t *err) {
+        while (e->slot_state[slot] == ENGINE_SLOT_BUSY) {
+                struct pollfd p = { .fd = engine_completion_fd(e), .events = POLLIN };
+                int done, r;
+
+                /* A bounded wait: a device that faults may never signal the fd,
+                 * and the CUDA engine's reap notices such a fault by itself. */
+                if (poll(&p, 1, 100) < 0 && errno != EINTR)
+                        return errbuf_set(err, -errno, "waiting for the engine: %s", strerror(errno));
+                r = engine_reap(e, &done, err);
+                if (r < 0)
+                        return r;
+        }
+        if (e->slot_state[slot] != ENGINE_SLOT_DONE)
+                return errbuf_set(err, -EINVAL, "slot %d was never submitted", slot);
+        return 0;
+}
+
+const float *engine_slot_logits(engine_t *e, int slot) {
+        return e->ops->slot_logits(e, slot);
+}
+
+const engine_topk_t *engine_slot_topk(engine_t *e, int slot) {
+        return e->ops->slot_topk(e, slot);
+}

@@ -1,0 +1,345 @@
+/* engine_cpu: the CPU executor of the plan, in plain C over cpu_ops.
+ *
+ * One worker thread runs submitted slots in order, so the caller's thread
+ * (the daemon's event loop) never waits behind a batch. Completion is an
+ * eventfd in semaphore mode: one readable count per finished slot, so the
+ * loop can reap exactly as many slots as were finished without a race.
+ *
+ * Memory: the weights stay in the model's folded fp32 blocks (counted once by
+ * the plan); one arena holds the activations at max_batch and the im2col
+ * workspace; one host block holds every slot's records and results. Both are
+ * sized by engine_cpu_layout, the same function that gives the plan its
+ * terms, and nothing is allocated per batch.
+ *
+ * It is not fast by cleverness: the speed is OpenBLAS's. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "engine/cpu_ops.h"
+#include "engine/engine.h"
+
+/* The im2col scratch is capped (in floats); a convolution whose batch needs
+ * more is run in chunks of samples. 16 Mi floats = 64 MiB. */
+#define ENGINE_CPU_IM2COL_CAP_ELEMS ((size_t)16 << 20)
+#define ENGINE_CPU_ALIGN 64
+
+typedef struct engine_cpu_layout {
+        size_t activation_bytes;        /* arena: activations of max_batch */
+        size_t workspace_bytes;         /* arena: im2col scratch */
+        size_t input_bytes_per_slot;    /* host: (batch, RECORD_MAX_BYTES) */
+        size_t logits_bytes_per_slot;   /* host: (batch, 1000) fp32 */
+        size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
+        size_t host_bytes;              /* all slots */
+} engine_cpu_layout_t;
+
+static size_t engine_cpu_align(size_t v) {
+        return (v + ENGINE_CPU_ALIGN - 1) / ENGINE_CPU_ALIGN * ENGINE_CPU_ALIGN;
+}
+
+static void engine_cpu_shape(const model_op_t *op, int n, cpu_conv_shape_t *s) {
+        *s = (cpu_conv_shape_t){
+                .n = n, .h = op->h_in, .w = op->w_in, .cin = op->cin, .cout = op->cout,
+                .kh = op->kh, .kw = op->kw, .stride = op->stride, .pad = op->pad,
+        };
+        cpu_conv_shape_finish(s);
+}
+
+static void engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, int batch, int depth, int top_k,
+                              engine_cpu_layout_t *l) {
+        size_t ws = 0;
+
+        for (int i = 0; i < m->n_ops; i++) {
+                cpu_conv_shape_t s;
+                size_t need;
+
+                if (m->ops[i].kind != MODEL_OP_CONV)
+                        continue;
+                engine_cpu_shape(&m->ops[i], batch, &s);
+                need = cpu_conv2d_workspace_elems(&s, cpu_conv2d_chunk_samples(&s, ENGINE_CPU_IM2COL_CAP_ELEMS));
+                if (need > ws)
+                        ws = need;
+        }
+        l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * sizeof(float));
+        l->workspace_bytes = engine_cpu_align(ws * sizeof(float));
+        l->input_bytes_per_slot = engine_cpu_align((size_t)batch * RECORD_MAX_BYTES);
+        l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * MODEL_CLASSES * sizeof(float));
+        l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
+        l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot);
+}
+
+int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch, plan_engine_terms_t *ret) {
+        size_t offsets[MODEL_MAX_TENSORS];
+        engine_cpu_layout_t l;
+
+        if (req->precision != PRECISION_FP32)
+                return -EINVAL;
+        engine_cpu_layout(m, plan_place_tensors(m, offsets), batch, req->pipeline_depth, req->top_k, &l);
+        /* The activations are the planner's own term; the arena adds the workspace. */
+        *ret = (plan_engine_terms_t){
+                .workspace_bytes = l.workspace_bytes,
+                .pinned_host_bytes = l.host_bytes,
+        };
+        return 0;
+}
+
+typedef struct engine_cpu {
+        engine_cpu_layout_t layout;
+        void *arena;            /* activations, then workspace */
+        void *host;             /* per slot: inputs, logits, top-k */
+        float *activations;     /* tensor t at activations + max_batch * tensor_offset[t] */
+        float *workspace;
+        int efd;                /* eventfd, EFD_SEMAPHORE */
+        pthread_t worker;
+        int worker_started;
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        int stopping;
+        int *queue;             /* (depth) ring of submitted slots */
+        int queue_head, queue_len;
+        int *done;              /* (depth) ring of finished slots */
+        int done_head, done_len;
+} engine_cpu_t;
+
+static unsigned char *engine_cpu_slot_base(engine_t *e, int slot) {
+        engine_cpu_t *c = e->impl;
+
+        return (unsigned char *)c->host + (size_t)slot * (c->layout.input_bytes_per_slot +
+                                                          c->layout.logits_bytes_per_slot +
+                                                          c->layout.topk_bytes_per_slot);
+}
+
+static void *engine_cpu_slot_input(engine_t *e, int slot) {
+        return engine_cpu_slot_base(e, slot);
+}
+
+static const float *engine_cpu_slot_logits(engine_t *e, int slot) {
+        engine_cpu_t *c = e->impl;
+
+        return (const float *)(engine_cpu_slot_base(e, slot) + c->layout.input_bytes_per_slot);
+}
+
+static const engine_topk_t *engine_cpu_slot_topk(engine_t *e, int slot) {
+        engine_cpu_t *c = e->impl;
+
+        return (const engine_topk_t *)(engine_cpu_slot_base(e, slot) + c->layout.input_bytes_per_slot +
+                                       c->layout.logits_bytes_per_slot);
+}
+
+static float *engine_cpu_tensor(engine_t *e, int t) {
+        engine_cpu_t *c = e->impl;
+
+        return c->activations + (size_t)e->plan.max_batch * e->plan.tensor_offset[t];
+}
+
+/* The whole network for the n records of slot: preprocess, every op of the
+ * table, then softmax and top-k into the slot's results. */
+static void engine_cpu_forward(engine_t *e, int slot, int n) {
+        engine_cpu_t *c = e->impl;
+        const model_t *m = e->model;
+        const unsigned char *records = engine_cpu_slot_base(e, slot);
+        float *input = engine_cpu_tensor(e, m->input), *logits;
+        engine_topk_t *top;
+        size_t in_elems = m->tensors[m->input].elems;
+
+        for (int i = 0; i < n; i++) {
+                const unsigned char *rec = records + (size_t)i * RECORD_MAX_BYTES;
+
+                if (e->formats[(size_t)slot * e->plan.max_batch + i] == RECORD_RGB8)
+                        cpu_preprocess_rgb8(rec, input + i * in_elems);
+                else
+                        cpu_preprocess_f32_chw(rec, input + i * in_elems);
+        }
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+                float *in = engine_cpu_tensor(e, op->in), *out = engine_cpu_tensor(e, op->out);
+                cpu_conv_shape_t s;
+
+                engine_cpu_shape(op, n, &s);
+                switch (op->kind) {
+                case MODEL_OP_CONV:
+                        cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off,
+                                   op->residual >= 0 ? engine_cpu_tensor(e, op->residual) : NULL, op->relu, out,
+                                   c->workspace, c->layout.workspace_bytes / sizeof(float));
+                        break;
+                case MODEL_OP_MAXPOOL:
+                        cpu_maxpool(&s, in, out);
+                        break;
+                case MODEL_OP_AVGPOOL:
+                        cpu_global_avgpool(n, op->h_in, op->w_in, op->cin, in, out);
+                        break;
+                case MODEL_OP_FC:
+                        cpu_fc(n, op->cin, op->cout, in, m->weights + op->w_off, m->biases + op->b_off, out);
+                        break;
+                }
+        }
+        logits = (float *)engine_cpu_slot_logits(e, slot);
+        top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
+        memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * MODEL_CLASSES * sizeof(float));
+        for (int i = 0; i < n; i++) {
+                float probs[MODEL_CLASSES];
+
+                cpu_softmax(1, MODEL_CLASSES, logits + (size_t)i * MODEL_CLASSES, probs);
+                cpu_topk(MODEL_CLASSES, e->plan.top_k, probs, top + (size_t)i * e->plan.top_k);
+        }
+}
+
+static void *engine_cpu_worker(void *userdata) {
+        engine_t *e = userdata;
+        engine_cpu_t *c = e->impl;
+        int depth = e->plan.pipeline_depth;
+
+        pthread_mutex_lock(&c->lock);
+        for (;;) {
+                int slot;
+                uint64_t one = 1;
+
+                while (!c->stopping && c->queue_len == 0)
+                        pthread_cond_wait(&c->wake, &c->lock);
+                if (c->queue_len == 0)
+                        break;          /* stopping, and nothing left to run */
+                slot = c->queue[c->queue_head];
+                pthread_mutex_unlock(&c->lock);
+
+                engine_cpu_forward(e, slot, e->slot_n[slot]);
+
+                pthread_mutex_lock(&c->lock);
+                c->queue_head = (c->queue_head + 1) % depth;
+                c->queue_len--;
+                c->done[(c->done_head + c->done_len) % depth] = slot;
+                c->done_len++;
+                /* An eventfd write of 1 cannot fail short of a counter
+                 * overflow, which depth slots cannot reach. */
+                if (write(c->efd, &one, sizeof(one)) != sizeof(one))
+                        abort();
+        }
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+static void engine_cpu_close(engine_t *e) {
+        engine_cpu_t *c = e->impl;
+
+        if (!c)
+                return;
+        if (c->worker_started) {
+                pthread_mutex_lock(&c->lock);
+                c->stopping = 1;
+                pthread_cond_signal(&c->wake);
+                pthread_mutex_unlock(&c->lock);
+                pthread_join(c->worker, NULL);
+        }
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->wake);
+        if (c->efd >= 0)
+                close(c->efd);
+        free(c->arena);
+        free(c->host);
+        free(c->queue);
+        free(c->done);
+        free(c);
+        e->impl = NULL;
+}
+
+static int engine_cpu_open(engine_t *e, errbuf_t *err) {
+        engine_cpu_t *c;
+        int r;
+
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return errbuf_set(err, -ENOMEM, "out of memory");
+        e->impl = c;
+        c->efd = -1;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->wake, NULL);
+        engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
+                          e->plan.top_k, &c->layout);
+        /* The plan and the carve come from the same layout function. */
+        if (c->layout.workspace_bytes != e->plan.workspace_bytes ||
+            c->layout.host_bytes != e->plan.pinned_host_bytes) {
+                r = errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with its plan");
+                goto fail;
+        }
+        if (posix_memalign(&c->arena, ENGINE_CPU_ALIGN, c->layout.activation_bytes + c->layout.workspace_bytes) ||
+            posix_memalign(&c->host, ENGINE_CPU_ALIGN, c->layout.host_bytes)) {
+                r = errbuf_set(err, -ENOMEM, "cannot allocate the planned %zu + %zu bytes",
+                               c->layout.activation_bytes + c->layout.workspace_bytes, c->layout.host_bytes);
+                goto fail;
+        }
+        c->activations = c->arena;
+        c->workspace = (float *)((char *)c->arena + c->layout.activation_bytes);
+        c->queue = calloc((size_t)e->plan.pipeline_depth, sizeof(int));
+        c->done = calloc((size_t)e->plan.pipeline_depth, sizeof(int));
+        if (!c->queue || !c->done) {
+                r = errbuf_set(err, -ENOMEM, "out of memory");
+                goto fail;
+        }
+        c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
+        if (c->efd < 0) {
+                r = errbuf_set(err, -errno, "cannot create the completion eventfd: %s", strerror(errno));
+                goto fail;
+        }
+        r = -pthread_create(&c->worker, NULL, engine_cpu_worker, e);
+        if (r < 0) {
+                errbuf_set(err, r, "cannot start the CPU engine's thread: %s", strerror(-r));
+                goto fail;
+        }
+        c->worker_started = 1;
+        return 0;
+fail:
+        engine_cpu_close(e);
+        return r;
+}
+
+static int engine_cpu_submit(engine_t *e, int slot, int n, errbuf_t *err) {
+        engine_cpu_t *c = e->impl;
+        int depth = e->plan.pipeline_depth;
+
+        (void)n;        /* engine.c stored it in e->slot_n[slot] */
+        pthread_mutex_lock(&c->lock);
+        if (c->queue_len >= depth) {
+                pthread_mutex_unlock(&c->lock);
+                return errbuf_set(err, -EBUSY, "every slot is in flight");
+        }
+        c->queue[(c->queue_head + c->queue_len) % depth] = slot;
+        c->queue_len++;
+        pthread_cond_signal(&c->wake);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+static int engine_cpu_reap(engine_t *e, int *slot, errbuf_t *err) {
+        engine_cpu_t *c = e->impl;
+        uint64_t v;
+
+        if (read(c->efd, &v, sizeof(v)) != sizeof(v)) {
+                if (errno == EAGAIN || errno == EINTR)
+                        return 0;
+                return errbuf_set(err, -errno, "reading the completion eventfd: %s", strerror(errno));
+        }
+        pthread_mutex_lock(&c->lock);
+        *slot = c->done[c->done_head];
+        c->done_head = (c->done_head + 1) % e->plan.pipeline_depth;
+        c->done_len--;
+        pthread_mutex_unlock(&c->lock);
+        return 1;
+}
+
+static int engine_cpu_completion_fd(engine_t *e) {
+        return ((engine_cpu_t *)e->impl)->efd;
+}
+
+const engine_ops_t engine_cpu_ops = {
+        .name = "cpu",
+        .open = engine_cpu_open,
+        .close = engine_cpu_close,
+        .slot_input = engine_cpu_slot_input,
+        .submit = engine_cpu_submit,
+        .reap = engine_cpu_reap,
+        .slot_logits = engine_cpu_slot_logits,
+        .slot_topk = engine_cpu_slot_topk,
+        .completion_fd = engine_cpu_completion_fd,
+};
