@@ -37,6 +37,9 @@ WERROR    ?= -Werror
 CUDA_ARCH ?= 90 80
 FUZZ_SECONDS ?= 60
 PREFIX    ?= /usr/local
+# The one place the version is written: the mains print it (--version) and
+# `make deb` names the package after it.
+VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
 CORE_PKGS   := jansson openblas libcrypto
@@ -138,6 +141,10 @@ endif
 $(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(if $(filter $(DAEMON_SRCS) $(PROG_SRCS) $(TOOL_SRCS) $(UNIT_SRCS),$<),$(DAEMON_CFLAGS)) -c $< -o $@
+
+# Only the mains carry the version, so that a new VERSION rebuilds only them.
+$(PROG_SRCS:%.c=$(BUILD)/%.o): VERSION
+$(PROG_SRCS:%.c=$(BUILD)/%.o): ALL_CFLAGS += -DINFERD_VERSION='"$(VERSION)"'
 
 $(BUILD)/%.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
