@@ -43,8 +43,9 @@ struct pipeline {
         rd_kafka_message_t **held;
         size_t held_head, held_len, held_cap;
 
-        bool draining;
+        bool draining;                  /* pipeline_begin_drain: take no more records */
 
+        /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
 };
@@ -56,6 +57,7 @@ uint64_t pipeline_now_us(void) {
         return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000;
 }
 
+/* Asks the owner to stop with a failure; the caller has logged why. */
 static void pipeline_fail(pipeline_t *p, int status) {
         p->ops.fail(p->userdata, status);
 }
