@@ -127,6 +127,13 @@ size_t engine_cuda_gemm_k(const model_op_t *op);
  * columns engine_cuda_gemm_k(). */
 size_t engine_cuda_im2col_elems_per_sample(const model_t *m);
 
+/* The largest GEMM operand of m, in elements per sample: over every conv
+ * and the FC, A (the im2col matrix, or the input activations of a plain
+ * GEMM) and C/D (the output, (ho * wo, cout)). For ResNet-50 it is conv1's
+ * im2col, 112 * 112 * 152. The planner keeps it times the batch below 2^31
+ * (plan_engine_terms_t.gemm_operand_elems_per_sample). */
+size_t engine_cuda_gemm_operand_elems_per_sample(const model_t *m);
+
 /* Where the zero-padded weight copies go, relative to the layout's
  * padded_w_off: offsets[i] for each op whose engine_cuda_gemm_k() exceeds
  * kh * kw * cin (a (cout, gemm_k) block in precision p, aligned to
