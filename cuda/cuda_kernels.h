@@ -43,7 +43,9 @@ int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
 
 /* head.cu: softmax of each row of logits (n, 1000) fp32, and its top_k
  * classes by descending probability, ties to the lower index:
- * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. */
+ * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. A row whose max or sum
+ * is not finite gets { ENGINE_TOPK_NONFINITE, NaN } in all top_k entries
+ * (engine.h). */
 int cuda_head(cudaStream_t s, const float *logits, int n, int top_k, engine_topk_t *out, errbuf_t *err);
 
 #endif

@@ -314,8 +314,11 @@ static int run_check_inputs(const run_args_t *a) {
         return bad ? -EINVAL : 0;
 }
 
+/* Prints the predictions of a completed slot, one line per input; an input
+ * whose logits are not finite gets an error line on stderr instead (the
+ * daemon's non-finite-output) and counts in *refused. */
 static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels, int slot, int first,
-                    int n, double latency_ms, FILE *logits_out) {
+                    int n, double latency_ms, FILE *logits_out, int *refused) {
         const engine_topk_t *top = engine_slot_topk(e, slot);
         const float *logits = engine_slot_logits(e, slot);
         int k = engine_plan_of(e)->top_k;
@@ -330,6 +333,14 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                 };
                 char *line;
 
+                if (!engine_topk_is_finite(top + (size_t)i * k)) {
+                        fflush(stdout);
+                        fprintf(stderr, "inferd-run: %s: the model's output is not finite (a NaN or infinite logit), "
+                                "so there is no prediction [%s]\n", a->inputs[first + i],
+                                RECORD_ERR_NON_FINITE_OUTPUT);
+                        (*refused)++;
+                        continue;
+                }
                 if (prediction_format(&line, top + (size_t)i * k, k, latency_ms, &meta) < 0) {
                         fprintf(stderr, "inferd-run: out of memory\n");
                         return -ENOMEM;
@@ -350,6 +361,7 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
  * results come out in argument order. */
 static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels) {
         int depth = engine_slots(e), batch = engine_max_batch(e), next = 0, oldest = 0, in_flight = 0, r = 0;
+        int refused = 0;        /* inputs without a prediction (non-finite logits) */
         int first[16], count[16];
         double started[16];
         FILE *logits_out = NULL;
@@ -389,11 +401,17 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         goto out;
                 }
                 r = run_emit(e, a, m, labels, oldest, first[oldest], count[oldest], run_now_ms() - started[oldest],
-                             logits_out);
+                             logits_out, &refused);
                 if (r < 0)
                         goto out;
                 oldest = (oldest + 1) % depth;
                 in_flight--;
+        }
+        /* Like a bad input, an input without a prediction fails the run
+         * (exit status 1), after every other input was printed. */
+        if (refused > 0) {
+                fprintf(stderr, "inferd-run: %d of %d input(s) had no prediction\n", refused, a->n_inputs);
+                r = -EINVAL;
         }
 out:
         /* An engine still computing a slot is waited for by engine_free. */

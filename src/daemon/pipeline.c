@@ -119,9 +119,15 @@ static int pipeline_track(daemon_t *d, const rd_kafka_message_t *m) {
         return 0;
 }
 
+/* part_id of pipeline_dead_letter: the record is not tracked yet. */
+#define PIPELINE_TRACK_NOW (-1)
+
 /* Sends a refused record to the DLQ with its key, value and headers, plus
- * inferd-error and inferd-error-detail. Consumes m on success. */
-static int pipeline_dead_letter(daemon_t *d, rd_kafka_message_t *m, const char *code, const char *detail) {
+ * inferd-error and inferd-error-detail. part_id is the offset store's id
+ * when the record was already tracked (a batched record refused after the
+ * engine ran), or PIPELINE_TRACK_NOW. Consumes m on success. */
+static int pipeline_dead_letter(daemon_t *d, rd_kafka_message_t *m, const char *code, const char *detail,
+                                int part_id) {
         rd_kafka_headers_t *in = NULL, *h;
         daemon_ticket_t *t;
         errbuf_t err = {};
@@ -159,7 +165,7 @@ static int pipeline_dead_letter(daemon_t *d, rd_kafka_message_t *m, const char *
                 goto fail;
         }
         /* h and t belong to librdkafka now. */
-        t->part_id = pipeline_track(d, m);
+        t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(d, m) : part_id;
         d->dlq_out++;
         log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
                                        LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
@@ -191,6 +197,23 @@ static int pipeline_produce_slot(daemon_t *d, int slot) {
                 char *json = NULL;
                 int len;
 
+                if (!engine_topk_is_finite(top + (size_t)i * d->engine_top_k)) {
+                        /* No prediction: the record goes to the DLQ instead,
+                         * under the offset it was tracked with. */
+                        if (h)
+                                rd_kafka_headers_destroy(h);
+                        free(t);
+                        r = pipeline_dead_letter(d, m, RECORD_ERR_NON_FINITE_OUTPUT,
+                                                 "the model's output for this record is not finite (a NaN or "
+                                                 "infinite logit), so it has no prediction",
+                                                 e->tag);
+                        if (r < 0) {
+                                d->slot_produced[slot] = i;
+                                return r;
+                        }
+                        e->msg = NULL;
+                        continue;
+                }
                 len = prediction_format(&json, top + (size_t)i * d->engine_top_k, d->top_k,
                                         (double)(t_now - e->arrived_us) / 1000.0, &d->meta);
                 if (!h || !t || len < 0) {
@@ -345,7 +368,7 @@ static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
 
         r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         if (r < 0) {
-                r = pipeline_dead_letter(d, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
+                r = pipeline_dead_letter(d, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
                 if (r == -ENOBUFS)
                         return r;
                 if (r < 0) {

@@ -33,6 +33,20 @@ typedef struct engine_topk {
         float score;            /* softmax probability */
 } engine_topk_t;
 
+/* A row without a prediction. When a row's logits have a non-finite max or
+ * softmax sum (a NaN or an infinity: an fp16/bf16 overflow, or weights that
+ * overflow), softmax would give NaN scores on classes 0..k-1, which look
+ * plausible. Both engines instead mark such a row: every entry of its top-k
+ * is { ENGINE_TOPK_NONFINITE, NaN }. Its logits are left as computed.
+ * Callers test a row with engine_topk_is_finite() and refuse that record
+ * (the daemon's DLQ code RECORD_ERR_NON_FINITE_OUTPUT). */
+#define ENGINE_TOPK_NONFINITE (-1)
+
+/* row: the k entries of one record's top-k. 0 when the row is marked. */
+static inline int engine_topk_is_finite(const engine_topk_t *row) {
+        return row[0].cls != ENGINE_TOPK_NONFINITE;
+}
+
 typedef struct engine engine_t;
 
 enum {
@@ -121,7 +135,8 @@ int engine_reap(engine_t *e, int *slot, errbuf_t *err);
 int engine_wait(engine_t *e, int slot, errbuf_t *err);
 
 /* Results of a completed slot: logits (n, 1000) fp32, and top-k (n, top_k)
- * sorted by descending score. */
+ * sorted by descending score; a row whose logits are not finite is marked
+ * (ENGINE_TOPK_NONFINITE above). */
 const float *engine_slot_logits(engine_t *e, int slot);
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
 

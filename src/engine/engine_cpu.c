@@ -179,12 +179,9 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         logits = (float *)engine_cpu_slot_logits(e, slot);
         top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
         memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * MODEL_CLASSES * sizeof(float));
-        for (int i = 0; i < n; i++) {
-                float probs[MODEL_CLASSES];
-
-                cpu_softmax(1, MODEL_CLASSES, logits + (size_t)i * MODEL_CLASSES, probs);
-                cpu_topk(MODEL_CLASSES, e->plan.top_k, probs, top + (size_t)i * e->plan.top_k);
-        }
+        /* A row with non-finite logits is marked, not ranked (engine.h). */
+        for (int i = 0; i < n; i++)
+                cpu_head_row(logits + (size_t)i * MODEL_CLASSES, e->plan.top_k, top + (size_t)i * e->plan.top_k);
 }
 
 static void *engine_cpu_worker(void *userdata) {

@@ -217,6 +217,37 @@ static void check_topk_sort(void) {
         }
 }
 
+/* The head's non-finite decision (head_row_finite on the max and sum its
+ * reductions compute: fmaxf from -inf, a sum of expf(x - max)) against the
+ * CPU's cpu_head_row on rows with a NaN, a +inf, a single -inf (finite: a
+ * class of probability 0), all -inf, and 3e38s (large but finite). */
+static void check_head_nonfinite(void) {
+        const int cases = 6;
+
+        for (int c = 0; c < cases; c++) {
+                float x[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+                engine_topk_t top[5];
+                bool finite;
+
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        x[i] = c == 4 ? -INFINITY : c == 5 ? 3e38f : frand() * 20.0f;
+                if (c == 1)
+                        x[123] = NAN;
+                if (c == 2)
+                        x[0] = INFINITY;
+                if (c == 3)
+                        x[999] = -INFINITY;
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        mx = fmaxf(mx, x[i]);
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        sum += expf(x[i] - mx);
+                finite = head_row_finite(mx, sum);
+                CHECK(finite == (cpu_head_row(x, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
+                      finite ? "finite" : "non-finite", engine_topk_is_finite(top) ? "finite" : "non-finite");
+                CHECK(finite == (c == 0 || c == 3 || c == 5), "row case %d: %s", c, finite ? "finite" : "non-finite");
+        }
+}
+
 int main() {
         int failed = 0;
 
@@ -242,6 +273,10 @@ int main() {
         fails = 0;
         check_topk_sort();
         report("topk_sort");
+        failed += fails > 0;
+        fails = 0;
+        check_head_nonfinite();
+        report("head_nonfinite");
         failed += fails > 0;
         return failed ? 1 : 0;
 }

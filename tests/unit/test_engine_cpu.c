@@ -100,6 +100,49 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         model_free(m);
 }
 
+/* A float32 record of 3e38 everywhere (already "normalised", so taken as
+ * is) overflows the network: its logits are not finite, and its row alone
+ * is marked, while the rgb8 records around it in the batch keep their
+ * predictions. */
+static void test_engine_cpu_marks_nonfinite_rows(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        const engine_topk_t *top;
+        const float *lg;
+        float *p;
+        int nonfinite = 0;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        e = engine_test_open(m, 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
+        p = engine_slot_record(e, 0, 1);
+        for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
+                p[k] = 3e38f;
+        engine_test_fill(e, 0, 2, 303, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 3, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        top = engine_slot_topk(e, 0);
+        lg = engine_slot_logits(e, 0);
+        CU_ASSERT_TRUE(engine_topk_is_finite(top));
+        CU_ASSERT_FALSE(engine_topk_is_finite(top + 3));
+        CU_ASSERT_TRUE(engine_topk_is_finite(top + 6));
+        for (int j = 0; j < 3; j++) {
+                CU_ASSERT_EQUAL(top[3 + j].cls, ENGINE_TOPK_NONFINITE);
+                CU_ASSERT(isnan(top[3 + j].score));
+                CU_ASSERT(top[j].cls >= 0 && isfinite(top[j].score));
+                CU_ASSERT(top[6 + j].cls >= 0 && isfinite(top[6 + j].score));
+        }
+        /* The logits are left as computed: the overflow shows there. */
+        for (int c = 0; c < MODEL_CLASSES; c++)
+                nonfinite += !isfinite(lg[MODEL_CLASSES + c]);
+        CU_ASSERT(nonfinite > 0);
+        engine_free(e);
+        model_free(m);
+}
+
 static void test_engine_cpu_completion_fd(void) {
         model_t *m = NULL;
         engine_t *e;
@@ -192,6 +235,7 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
 int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
+                { "marks_nonfinite_rows", test_engine_cpu_marks_nonfinite_rows },
                 { "completion_fd", test_engine_cpu_completion_fd },
                 { "refuses_misuse", test_engine_cpu_refuses_misuse },
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
