@@ -20,12 +20,13 @@ extern "C" {
 }
 
 /* preprocess.cu: n raw records -> the network input.
- * records (n, RECORD_MAX_BYTES) bytes, record i at i * RECORD_MAX_BYTES;
- * formats (n) int32: RECORD_RGB8 (224, 224, 3) uint8 HWC -> (x/255 - mean)/std,
- * RECORD_F32_CHW (3, 224, 224) fp32 -> transposed, anything else (a padded
- * bucket row) -> zeros; out (n, 224, 224, 3) in p. */
-int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats, int n,
-                    void *out, errbuf_t *err);
+ * records: packed by format (engine/pack.h), record i at offsets[i] (n int64,
+ * multiples of 256); formats (n) int32: RECORD_RGB8 (224, 224, 3) uint8 HWC
+ * -> (x/255 - mean)/std, RECORD_F32_CHW (3, 224, 224) fp32 -> transposed,
+ * anything else (a padded bucket row, whose offset is not read) -> zeros;
+ * out (n, 224, 224, 3) in p. */
+int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats,
+                    const int64_t *offsets, int n, void *out, errbuf_t *err);
 
 /* im2col.cu: in (n, h, w, cin) -> col (n * ho * wo, k_pad) in p, column
  * (ky * kw + kx) * cin + ci (the weights' (cout, kh, kw, cin) order), zeros

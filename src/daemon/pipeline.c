@@ -347,6 +347,7 @@ static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
         const char *code = NULL;
         errbuf_t err = {};
         batch_entry_t *e;
+        void *dst;
         int slot, idx, full, r;
 
         if (m->err) {
@@ -389,11 +390,15 @@ static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
         assert(full >= 0);
         e = batch_slot_entry(d->batch, slot, idx);
         e->tag = pipeline_track(d, m);
-        /* The record's bytes go straight into the slot's (pinned) input. */
-        memcpy(engine_slot_record(d->engine, slot, idx), m->payload, m->len);
-        engine_slot_set_format(d->engine, slot, idx, fmt);
+        /* The record's bytes go straight into the slot's (pinned) input,
+         * packed by format. It fits: a slot is submitted as soon as it has
+         * no room for a record of either format (below). */
+        dst = engine_slot_place(d->engine, slot, idx, fmt);
+        assert(dst && m->len == pack_row_bytes(fmt));
+        memcpy(dst, m->payload, m->len);
         d->records_in++;
-        if (full)
+        /* Full by count, or by bytes (the next record could be float32). */
+        if (full || !engine_slot_has_room(d->engine, slot))
                 pipeline_submit(d, slot);
         else if (idx == 0)
                 pipeline_arm_delay(d, e->arrived_us);

@@ -109,14 +109,16 @@ int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int t
         b = (uint64_t)batch;
         pb = precision_bytes(p);
 
-        /* One slot block; RECORD_MAX_BYTES (602,112 = 2,352 * 256) keeps the
-         * following regions aligned, the align_up()s keep it so whatever
-         * the batch. */
+        /* One slot block; the packed input (a multiple of 256 bytes, as both
+         * record sizes are) keeps the following regions aligned, the
+         * align_up()s keep it so whatever the batch. */
         off = 0;
         L.slot.input_off = off;
-        off = align_up(off + b * RECORD_MAX_BYTES, ENGINE_CUDA_ALIGN_BYTES);
+        off = align_up(off + pack_capacity_bytes(batch), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.formats_off = off;
         off = align_up(off + b * sizeof(int32_t), ENGINE_CUDA_ALIGN_BYTES);
+        L.slot.offsets_off = off;
+        off = align_up(off + b * sizeof(int64_t), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.logits_off = off;
         off = align_up(off + b * MODEL_CLASSES * sizeof(float), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.topk_off = off;

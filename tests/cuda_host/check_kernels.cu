@@ -139,16 +139,35 @@ static void check_pool(int n, int h, int w, int c) {
         }
 }
 
-/* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again:
- * fp32 results must equal the reference bit for bit. */
+/* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again,
+ * packed by format as engine_slot_place packs them (pack_add): offsets 0,
+ * 150,528, -, 752,640 in 903,168 bytes. The padding row's offset points at
+ * the first record's non-zero bytes, so a kernel that read it would not
+ * give zeros. fp32 results must equal the reference bit for bit. */
 static void check_preprocess(void) {
         const int32_t fmt[4] = { RECORD_RGB8, RECORD_F32_CHW, RECORD_UNKNOWN, RECORD_RGB8 };
         const int n = 4;
-        std::vector<uint8_t> rec((size_t)n * RECORD_MAX_BYTES);
+        int64_t off[4];
+        std::vector<uint8_t> rec;
         std::vector<float> ref(SAMPLE_ELEMS);
         struct norm nm;
-        float *chw = (float *)(rec.data() + RECORD_MAX_BYTES);
+        pack_t pk;
 
+        pack_init(&pk, n);
+        for (int b = 0; b < n; b++) {
+                uint64_t o = 0;
+
+                if (fmt[b] == RECORD_UNKNOWN)
+                        off[b] = 0;
+                else if (pack_add(&pk, (record_format_t)fmt[b], &o) == 0)
+                        off[b] = (int64_t)o;
+                else
+                        CHECK(false, "preprocess: record %d does not pack", b);
+        }
+        CHECK(off[1] == 150528 && off[3] == 752640 && pk.used_bytes == 903168,
+              "preprocess: packed at %lld, %lld in %llu bytes", (long long)off[1], (long long)off[3],
+              (unsigned long long)pk.used_bytes);
+        rec.resize(pk.used_bytes);
         for (int c = 0; c < 3; c++) {
                 nm.mean[c] = cpu_imagenet_mean[c];
                 nm.std[c] = cpu_imagenet_std[c];
@@ -156,9 +175,9 @@ static void check_preprocess(void) {
         for (uint8_t &x : rec)
                 x = (uint8_t)(frand() * 127 + 128);
         for (size_t i = 0; i < RECORD_F32_CHW_BYTES / 4; i++)
-                chw[i] = frand() * 3;
+                ((float *)(rec.data() + off[1]))[i] = frand() * 3;
         for (int b = 0; b < n; b++) {
-                const uint8_t *r = rec.data() + (size_t)b * RECORD_MAX_BYTES;
+                const uint8_t *r = rec.data() + off[b];
 
                 if (fmt[b] == RECORD_RGB8)
                         cpu_preprocess_rgb8(r, ref.data());
@@ -167,7 +186,7 @@ static void check_preprocess(void) {
                 else
                         std::fill(ref.begin(), ref.end(), 0.0f);
                 for (long long j = 0; j < SAMPLE_ELEMS; j++) {
-                        float g = preprocess_elem<float>(rec.data(), fmt, nm, (long long)b * SAMPLE_ELEMS + j);
+                        float g = preprocess_elem<float>(rec.data(), fmt, off, nm, (long long)b * SAMPLE_ELEMS + j);
 
                         CHECK(g == ref[j], "preprocess sample %d (format %d) element %lld: %.9g, reference %.9g", b,
                               fmt[b], j, g, ref[j]);

@@ -27,8 +27,11 @@ static engine_t *engine_test_open(model_t *m, int max_batch) {
         return e;
 }
 
-static void engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
-        unsigned char *p = engine_slot_record(e, slot, i);
+/* Places record i of slot with random content; returns where it went. */
+static void *engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
+        unsigned char *p = engine_slot_place(e, slot, i, f);
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
 
         if (f == RECORD_RGB8)
                 for (size_t k = 0; k < RECORD_RGB8_BYTES; k++)
@@ -36,7 +39,7 @@ static void engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record
         else
                 for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
                         ((float *)p)[k] = unit_rand_float(&seed) * 2.0f;
-        engine_slot_set_format(e, slot, i, f);
+        return p;
 }
 
 static void test_engine_cpu_result_independent_of_batch(void) {
@@ -117,8 +120,7 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
         e = engine_test_open(m, 3);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
-        engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
-        p = engine_slot_record(e, 0, 1);
+        p = engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
         for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
                 p[k] = 3e38f;
         engine_test_fill(e, 0, 2, 303, RECORD_RGB8);
@@ -181,8 +183,25 @@ static void test_engine_cpu_refuses_misuse(void) {
         CU_ASSERT_EQUAL(engine_submit(e, 0, 3, &err), -EINVAL);        /* larger than the plan */
         CU_ASSERT_EQUAL(engine_submit(e, 0, 0, &err), -EINVAL);
         CU_ASSERT_EQUAL(engine_submit(e, 5, 1, &err), -EINVAL);
-        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EINVAL);        /* no format packed */
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "no runnable format"));
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EINVAL);        /* nothing placed */
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "0 placed"));
+        /* Packed staging at batch 2: 150,528 + 602,112 = 752,640 bytes. A
+         * float32 record leaves 150,528: no room for a record of either
+         * format, so a caller submits; another float32 does not fit, an
+         * rgb8 one would, right after it. */
+        CU_ASSERT_TRUE(engine_slot_has_room(e, 0));
+        CU_ASSERT_PTR_NULL(engine_slot_place(e, 0, 0, RECORD_JPEG));
+        {
+                unsigned char *a = engine_slot_place(e, 0, 0, RECORD_F32_CHW), *b;
+
+                CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+                CU_ASSERT_FALSE(engine_slot_has_room(e, 0));
+                CU_ASSERT_PTR_NULL(engine_slot_place(e, 0, 1, RECORD_F32_CHW));
+                b = engine_slot_place(e, 0, 1, RECORD_RGB8);
+                CU_ASSERT_EQUAL(b - a, 602112);
+                CU_ASSERT_EQUAL(engine_slot_input_bytes(e, 0, 2), (uint64_t)752640);
+                CU_ASSERT_EQUAL(engine_submit(e, 0, 3, &err), -EINVAL);
+        }
         engine_free(e);
 
         engine_options_init(&o);

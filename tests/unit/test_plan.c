@@ -86,9 +86,12 @@ static void test_plan_cpu_pinned_bytes_by_hand(void) {
         CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
         plan_request_cpu(&req, (uint64_t)64 << 30);
         CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 8, &p), 0);
-        /* Per slot: 8 * 602,112 input + 8 * 4,000 logits + 8 * 5 * 8 top-k
-         * = 4,816,896 + 32,000 + 320 = 4,849,216 (each a multiple of 64); 2 slots. */
-        CU_ASSERT_EQUAL(p.pinned_host_bytes, 2 * 4849216);
+        /* Per slot: the packed input, room for 7 rgb8 records and one of
+         * either format, 7 * 150,528 + 602,112 = 1,655,808, then 8 * 4,000
+         * logits + 8 * 5 * 8 top-k = 1,655,808 + 32,000 + 320 = 1,688,128
+         * (each a multiple of 64); 2 slots. (A fixed 602,112-byte place per
+         * record took 4,849,216 a slot.) */
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, 2 * 1688128);
         model_free(m);
 }
 
