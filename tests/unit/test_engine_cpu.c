@@ -145,6 +145,33 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
         model_free(m);
 }
 
+/* Weights that overflow: fc row 7 all 3e38 (finite, as a loaded file must
+ * be) times the non-negative pooled features gives +inf for class 7 in
+ * every row, so every row is marked. */
+static void test_engine_cpu_marks_rows_of_overflowing_weights(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        int fc;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        fc = model_find_op(m, "fc");
+        CU_ASSERT_FATAL(fc >= 0);
+        for (int j = 0; j < m->ops[fc].cin; j++)
+                m->weights[m->ops[fc].w_off + (size_t)7 * m->ops[fc].cin + j] = 3e38f;
+        e = engine_test_open(m, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_test_fill(e, 0, 1, 303, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 2, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        CU_ASSERT(isinf(engine_slot_logits(e, 0)[7]));
+        CU_ASSERT_FALSE(engine_topk_is_finite(engine_slot_topk(e, 0)));
+        CU_ASSERT_FALSE(engine_topk_is_finite(engine_slot_topk(e, 0) + 3));
+        engine_free(e);
+        model_free(m);
+}
+
 static void test_engine_cpu_completion_fd(void) {
         model_t *m = NULL;
         engine_t *e;
@@ -255,6 +282,7 @@ int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
                 { "marks_nonfinite_rows", test_engine_cpu_marks_nonfinite_rows },
+                { "marks_rows_of_overflowing_weights", test_engine_cpu_marks_rows_of_overflowing_weights },
                 { "completion_fd", test_engine_cpu_completion_fd },
                 { "refuses_misuse", test_engine_cpu_refuses_misuse },
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
