@@ -268,24 +268,45 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
         return r;
 }
 
-/* Loads input i into record slot position pos, checking its format. */
+/* Loads the input at path as record pos of slot: its format from its size
+ * and first bytes, then its bytes into the place the slot packs it at. */
 static int run_pack(engine_t *e, int slot, int pos, const char *path) {
-        unsigned char *dst = engine_slot_record(e, slot, pos);
+        unsigned char head[16] = { 0 }, *dst;
         record_format_t f;
         const char *code = NULL;
+        struct stat st;
         errbuf_t err;
         size_t len = 0;
-        int r;
+        int fd, r;
 
-        r = run_read_input(path, dst, RECORD_MAX_BYTES, &len);
-        if (r < 0)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0 || read(fd, head, sizeof(head)) < 0) {
+                r = -errno;
+                fprintf(stderr, "inferd-run: %s: %s\n", path, strerror(errno));
+                if (fd >= 0)
+                        close(fd);
                 return r;
-        r = record_classify(dst, len, NULL, 0, &f, &code, &err);
+        }
+        close(fd);
+        r = record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err);
         if (r < 0) {
                 fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
                 return r;
         }
-        engine_slot_set_format(e, slot, pos, f);
+        dst = engine_slot_place(e, slot, pos, f);
+        if (!dst) {
+                /* The caller checks engine_slot_has_room first. */
+                fprintf(stderr, "inferd-run: %s: no room in the batch\n", path);
+                return -ENOSPC;
+        }
+        r = run_read_input(path, dst, pack_row_bytes(f), &len);
+        if (r < 0)
+                return r;
+        if (len != pack_row_bytes(f)) {
+                fprintf(stderr, "inferd-run: %s: changed while being read (%zu bytes, %zu expected)\n", path, len,
+                        pack_row_bytes(f));
+                return -EIO;
+        }
         return 0;
 }
 
@@ -322,8 +343,11 @@ static int run_check_inputs(const run_args_t *a) {
         return bad ? -EINVAL : 0;
 }
 
+/* Prints the predictions of a completed slot, one line per input; an input
+ * whose logits are not finite gets an error line on stderr instead (the
+ * daemon's non-finite-output) and counts in *refused. */
 static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels, int slot, int first,
-                    int n, double latency_ms, FILE *logits_out) {
+                    int n, double latency_ms, FILE *logits_out, int *refused) {
         const engine_topk_t *top = engine_slot_topk(e, slot);
         const float *logits = engine_slot_logits(e, slot);
         int k = engine_plan_of(e)->top_k;
@@ -338,6 +362,14 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                 };
                 char *line;
 
+                if (!engine_topk_is_finite(top + (size_t)i * k)) {
+                        fflush(stdout);
+                        fprintf(stderr, "inferd-run: %s: the model's output is not finite (a NaN or infinite logit), "
+                                "so there is no prediction [%s]\n", a->inputs[first + i],
+                                RECORD_ERR_NON_FINITE_OUTPUT);
+                        (*refused)++;
+                        continue;
+                }
                 if (prediction_format(&line, top + (size_t)i * k, k, latency_ms, &meta) < 0) {
                         fprintf(stderr, "inferd-run: out of memory\n");
                         return -ENOMEM;
@@ -358,6 +390,7 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
  * results come out in argument order. */
 static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels) {
         int depth = engine_slots(e), batch = engine_max_batch(e), next = 0, oldest = 0, in_flight = 0, r = 0;
+        int refused = 0;        /* inputs without a prediction (non-finite logits) */
         int first[16], count[16];
         double started[16];
         FILE *logits_out = NULL;
@@ -372,13 +405,15 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
         }
         while (next < a->n_inputs || in_flight > 0) {
                 while (next < a->n_inputs && in_flight < depth) {
-                        int slot = (oldest + in_flight) % depth;
-                        int n = a->n_inputs - next < batch ? a->n_inputs - next : batch;
+                        int slot = (oldest + in_flight) % depth, n = 0;
 
-                        for (int i = 0; i < n; i++) {
-                                r = run_pack(e, slot, i, a->inputs[next + i]);
+                        /* Up to the batch, or fewer once float32 inputs
+                         * fill the slot's packed staging. */
+                        while (n < batch && next + n < a->n_inputs && (n == 0 || engine_slot_has_room(e, slot))) {
+                                r = run_pack(e, slot, n, a->inputs[next + n]);
                                 if (r < 0)
                                         goto out;
+                                n++;
                         }
                         first[slot] = next;
                         count[slot] = n;
@@ -397,11 +432,17 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         goto out;
                 }
                 r = run_emit(e, a, m, labels, oldest, first[oldest], count[oldest], run_now_ms() - started[oldest],
-                             logits_out);
+                             logits_out, &refused);
                 if (r < 0)
                         goto out;
                 oldest = (oldest + 1) % depth;
                 in_flight--;
+        }
+        /* Like a bad input, an input without a prediction fails the run
+         * (exit status 1), after every other input was printed. */
+        if (refused > 0) {
+                fprintf(stderr, "inferd-run: %d of %d input(s) had no prediction\n", refused, a->n_inputs);
+                r = -EINVAL;
         }
 out:
         /* An engine still computing a slot is waited for by engine_free. */
@@ -423,7 +464,7 @@ static int run_bench(engine_t *e, const run_args_t *a) {
 
         for (int slot = 0; slot < depth; slot++)
                 for (int i = 0; i < batch; i++) {
-                        unsigned char *p = engine_slot_record(e, slot, i);
+                        unsigned char *p = engine_slot_place(e, slot, i, RECORD_RGB8);
 
                         for (size_t k = 0; k < RECORD_RGB8_BYTES; k++) {
                                 s ^= s << 13;
@@ -431,7 +472,6 @@ static int run_bench(engine_t *e, const run_args_t *a) {
                                 s ^= s << 17;
                                 p[k] = (unsigned char)s;
                         }
-                        engine_slot_set_format(e, slot, i, RECORD_RGB8);
                 }
         /* One warm-up batch: first-touch of the arena, OpenBLAS's threads, CUDA's lazy loading. */
         r = engine_submit(e, 0, batch, &err);
