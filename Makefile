@@ -68,7 +68,9 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvc
 # cudart, as on CI) it is CUBLAS_CI_HOME, cuBLASLt's header and NVIDIA's link
 # stub that tools/fetch-cublas puts there (tools/install-deps runs it): the
 # engine then compiles and links but can run no GEMM, which needs a GPU anyway.
-# Without either, the build makes the CPU engine only, and says so.
+# A machine with NVIDIA's driver (/dev/nvidiactl) never takes the stub: there
+# the engine would reach cuBLASLt and fail. Without either, the build makes
+# the CPU engine only, and says so.
 # CUDA_HOME: nvcc's own folder as nvcc reports it (_HERE_), since the nvcc on
 # PATH may be a wrapper script outside the toolkit.
 CUBLAS_CI_HOME ?= /opt/cublas-ci
@@ -76,7 +78,7 @@ ifneq ($(strip $(NVCC)),)
 CUDA_HOME  := $(or $(CUDA_HOME),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p')),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 cublas_inc  = $(firstword $(wildcard $(1)/include/cublasLt.h $(1)/targets/x86_64-linux/include/cublasLt.h))
 cublas_lib  = $(firstword $(wildcard $(1)/lib64/libcublasLt.so $(1)/lib/libcublasLt.so $(1)/targets/x86_64-linux/lib/libcublasLt.so))
-CUBLAS_HOME := $(or $(CUBLAS_HOME),$(if $(and $(call cublas_inc,$(CUDA_HOME)),$(call cublas_lib,$(CUDA_HOME))),$(CUDA_HOME),$(if $(wildcard $(CUBLAS_CI_HOME)/VERSION),$(CUBLAS_CI_HOME),$(CUDA_HOME))))
+CUBLAS_HOME := $(or $(CUBLAS_HOME),$(if $(and $(call cublas_inc,$(CUDA_HOME)),$(call cublas_lib,$(CUDA_HOME))),$(CUDA_HOME),$(if $(and $(wildcard $(CUBLAS_CI_HOME)/VERSION),$(if $(wildcard /dev/nvidiactl),,stub)),$(CUBLAS_CI_HOME),$(CUDA_HOME))))
 CUBLAS_INC := $(call cublas_inc,$(CUBLAS_HOME))
 CUBLAS_LIB := $(call cublas_lib,$(CUBLAS_HOME))
 CUBLAS_STUB := $(if $(filter $(abspath $(CUBLAS_CI_HOME)),$(abspath $(CUBLAS_HOME))),$(CUBLAS_HOME))
