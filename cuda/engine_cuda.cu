@@ -505,6 +505,17 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         return 0;
 
 fail:
+        /* A fault during the warm-up or the graphs' first runs is sticky:
+         * say so, since every later CUDA call of this process (another
+         * open, the CPU fallback's probe aside) will fail the same way. */
+        if (ce->compute) {
+                cudaError_t c = cudaDeviceSynchronize();
+
+                if (c == cudaSuccess)
+                        c = cudaPeekAtLastError();
+                if (cuda_error_is_sticky(c))
+                        r = errbuf_prefix(err, r, "the CUDA context is lost (%s)", cudaGetErrorName(c));
+        }
         cuda_engine_destroy(ce);
         return r;
 }

@@ -43,7 +43,7 @@ def gib(x):
     return f"{x / 2**30:.2f} GiB" if isinstance(x, (int, float)) else "—"
 
 
-def issue13_table(tests, work, bad):
+def issue13_table(tests, work, tests_dir, bad):
     """The answers of the first GPU run to issue 13: a lost context (item 2),
     the residual through C against the add-ReLU fallback (6), the conv
     biases' type (8), the kernels under a 64-block grid and the padding row
@@ -89,7 +89,13 @@ def issue13_table(tests, work, bad):
             memcheck = f.read().strip() or "no summary line"
     except OSError:
         pass
-    lines += ["", f"2: device context lost: {lost or 'no'}; memcheck (inferd-run fp16 batch 3): {memcheck}", ""]
+    lines += ["", f"2: device context lost: {lost or 'no'}; memcheck (inferd-run fp16 batch 3): {memcheck}"]
+    # The fallbacks stage (only when gpu-tests pointed at them).
+    fb, _ = load(os.path.join(tests_dir, "gpu-tests-fallbacks.json"))
+    if fb:
+        lines.append(f"fallbacks (gpu-tests --quick with the env of stages/fallbacks.log): {fb.get('passed')} passed,"
+                     f" {fb.get('failed')} failed, {fb.get('skipped')} skipped")
+    lines.append("")
     if lost:
         bad.append(f"gpu-tests: {lost}")
     return lines
@@ -183,7 +189,7 @@ def main():
     md.append("")
 
     # Issue 13's open questions, answered by gpu-tests and the sanitizer.
-    md += issue13_table(tests, args.work, bad)
+    md += issue13_table(tests, args.work, os.path.dirname(os.path.abspath(args.gpu_tests)), bad)
 
     # Throughput.
     batches = sorted({r["batch"] for r in (binf or {}).get("runs", [])} |

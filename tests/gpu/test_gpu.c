@@ -299,6 +299,13 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         r = engine_open(&e, m, &o, warning, sizeof(warning), &err);
         if (r < 0) {
                 gpu_fail_open(c, p, err.msg);
+                /* A fault inside open (the warm-up, the graphs' first runs)
+                 * leaves no engine to ask, so its sentence says it. */
+                if (strstr(err.msg, "the CUDA context is lost")) {
+                        snprintf(c->lost, sizeof(c->lost), "device context lost after gpu/%s/open: %s",
+                                 precision_name(p), err.msg);
+                        printf("# %s\n", c->lost);
+                }
                 model_free(m);
                 return;
         }
