@@ -22,7 +22,7 @@
 ifndef INFERD_DEPS_READY
 INSTALL_DEPS ?= tools/install-deps
 GOALS     := $(or $(MAKECMDGOALS),all)
-DEPS_KIND := $(if $(DEPS_PREFIX),,$(if $(filter test demo fuzz deps,$(GOALS)),all,$(if $(filter-out clean cuda-status,$(GOALS)),build)))
+DEPS_KIND := $(if $(DEPS_PREFIX),,$(if $(filter test demo fuzz deps,$(GOALS)),all,$(if $(filter-out clean cuda-status cuda-gencode,$(GOALS)),build)))
 .PHONY: $(GOALS)
 $(firstword $(GOALS)):
 	@$(if $(DEPS_KIND),$(INSTALL_DEPS) $(DEPS_KIND))
@@ -91,10 +91,17 @@ NO_CUBLAS_NVCC := $(NVCC)
 override NVCC :=
 endif
 endif
+# SASS for every architecture of CUDA_ARCH, and PTX for the newest of them,
+# so that a GPU newer than all of them (sm_100, say) JIT-compiles the PTX at
+# load instead of failing at its first kernel; open checks that the device
+# can load this build's code at all (cuda_kernels_loadable) and names
+# CUDA_ARCH, which the build records, when it cannot.
+CUDA_ARCH_NEWEST := $(lastword $(shell printf '%s\n' $(CUDA_ARCH) | sort -n))
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(CUDA_ARCH_NEWEST),code=compute_$(CUDA_ARCH_NEWEST)
 ifneq ($(strip $(NVCC)),)
-CUDA_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS  ?= -O3 -lineinfo
-ALL_NVCCFLAGS = -std=c++17 $(NVCCFLAGS) $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP -Isrc -Icuda -I$(dir $(CUBLAS_INC)) $(CORE_CFLAGS)
+ALL_NVCCFLAGS = -std=c++17 $(NVCCFLAGS) $(CUDA_GENCODE) -DINFERD_CUDA_ARCH_LIST='"$(strip $(CUDA_ARCH))"' -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP -Isrc -Icuda -I$(dir $(CUBLAS_INC)) $(CORE_CFLAGS)
 CUDA_SRCS  := $(wildcard cuda/*.cu)
 CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 CUDA_LIBS  := -L$(dir $(CUBLAS_LIB)) -Wl,-rpath,$(dir $(CUBLAS_LIB)) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
@@ -138,7 +145,7 @@ TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
 PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
-.PHONY: all engine test unit demo fuzz deps clean install deb cuda-status
+.PHONY: all engine test unit demo fuzz deps clean install deb cuda-status cuda-gencode
 all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 engine: cuda-status $(ENGINE_PROGRAMS)
 
@@ -150,6 +157,11 @@ else ifeq ($(strip $(NVCC)),)
 else
 	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))$(if $(CUBLAS_STUB), with cuBLASLt's link stub from $(CUBLAS_STUB) (tools/fetch-cublas): it compiles and links; no GEMM can run)"
 endif
+
+# The nvcc architecture flags, for tests/cuda_host (which checks the PTX is
+# there on a kernel file it builds with them, cuBLASLt or not).
+cuda-gencode:
+	@echo $(CUDA_GENCODE)
 
 $(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)

@@ -1,6 +1,8 @@
-/* cuda_check: turning CUDA and cuBLASLt failures into -EIO with a sentence.
+/* cuda_check: turning CUDA failures into -EIO with a sentence.
  *
- * Every CUDA runtime and cuBLASLt call in cuda/ goes through one of these,
+ * Every CUDA runtime call in cuda/ goes through one of these (cuBLASLt's
+ * LT_GOTO is in cuda_gemm.h, so that the kernel-only files, which
+ * tests/cuda_host compiles on machines without cuBLASLt, do not need it),
  * so a failure carries the API's own message up to the daemon, which logs
  * it once. They assume an `errbuf_t *err` in scope; the _GOTO forms also an
  * `int r` and a `fail:` label (declare every variable before the first
@@ -11,7 +13,6 @@
 
 #include <errno.h>
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -36,17 +37,30 @@ extern "C" {
                 }                                                                                       \
         } while (0)
 
-#define LT_GOTO(call, what)                                                                             \
-        do {                                                                                            \
-                cublasStatus_t s_ = (call);                                                             \
-                if (s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-                        r = errbuf_set(err, -EIO, "%s: cuBLASLt: %s (%s)", (what),                      \
-                                       cublasLtGetStatusString(s_), cublasLtGetStatusName(s_));         \
-                        goto fail;                                                                      \
-                }                                                                                       \
-        } while (0)
-
 /* After a kernel launch: the launch configuration error, if any. */
 #define CUDA_LAUNCH_RETURN(what) CUDA_RETURN(cudaGetLastError(), (what))
+
+/* The errors after which the context is unusable: every later CUDA call in
+ * the process returns the same error ("sticky"), so nothing after it can be
+ * trusted or even run. The rest (a bad launch configuration, an
+ * out-of-memory, a not-ready query) leave the context usable. */
+static inline int cuda_error_is_sticky(cudaError_t c) {
+        switch (c) {
+        case cudaErrorIllegalAddress:
+        case cudaErrorLaunchFailure:
+        case cudaErrorLaunchTimeout:
+        case cudaErrorHardwareStackError:
+        case cudaErrorIllegalInstruction:
+        case cudaErrorMisalignedAddress:
+        case cudaErrorInvalidAddressSpace:
+        case cudaErrorInvalidPc:
+        case cudaErrorAssert:
+        case cudaErrorECCUncorrectable:
+        case cudaErrorContextIsDestroyed:
+                return 1;
+        default:
+                return 0;
+        }
+}
 
 #endif

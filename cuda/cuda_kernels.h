@@ -42,6 +42,17 @@ int cuda_maxpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
 int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, void *out,
                  errbuf_t *err);
 
+/* residual.cu: d (elems) <- relu(d + res) in p, elementwise: the residual
+ * add of a bottleneck block when the GEMM does not fuse it (the BIAS
+ * epilogue then this). */
+int cuda_add_relu(cudaStream_t s, precision_t p, void *d, const void *res, long long elems, errbuf_t *err);
+
+/* Whether this build has code the current device can run: asks the driver
+ * for a kernel's attributes, which fails with cudaErrorNoKernelImageForDevice
+ * (or cudaErrorInvalidDeviceFunction) when neither the SASS nor the PTX in
+ * the binary fits it. Returns 0 or -ENOTSUP with a sentence. pool.cu. */
+int cuda_kernels_loadable(int cc_major, int cc_minor, errbuf_t *err);
+
 /* head.cu: softmax of each row of logits (n, 1000) fp32, and its top_k
  * classes by descending probability, ties to the lower index:
  * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. A row whose max or sum

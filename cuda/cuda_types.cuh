@@ -34,12 +34,22 @@ template <> __host__ __device__ __forceinline__ __nv_bfloat16 cuda_from_f32<__nv
 }
 
 /* Grid-stride launches: enough blocks to fill any current GPU several times
- * over, never more than the work needs. */
+ * over, never more than the work needs.
+ *
+ * cuda_debug_max_blocks (0 = off) lowers the cap for the GPU tests, so that
+ * a layer test at a small batch also runs each kernel's grid-stride loop
+ * past its first pass (engine_cuda_debug_set). It is process-wide and read
+ * at launch time: a graph keeps the grid it was captured with. The engine
+ * never sets it on its own. */
 #define CUDA_THREADS 256
+#define CUDA_MAX_BLOCKS (65536LL * 8)
+inline unsigned cuda_debug_max_blocks = 0;
 static inline unsigned cuda_blocks_for(long long total) {
         long long b = (total + CUDA_THREADS - 1) / CUDA_THREADS;
-        if (b > 65536LL * 8)
-                b = 65536LL * 8;
+        long long cap = cuda_debug_max_blocks ? (long long)cuda_debug_max_blocks : CUDA_MAX_BLOCKS;
+
+        if (b > cap)
+                b = cap;
         return b < 1 ? 1u : (unsigned)b;
 }
 

@@ -14,6 +14,7 @@
  * libinferd-core.a always pulls this object in, and the GPU tests, which
  * reach the functions below through weak references, find them. */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda_check.h"
+#include "cuda_types.cuh"
 #include "engine_cuda_impl.h"
 #include "engine_cuda_debug.h"
 
@@ -91,7 +93,8 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         if (ce->n_in_flight > 0)
                 return errbuf_set(err, -EBUSY, "a batch is in flight: single steps would overwrite its activations");
         if (ce->failed)
-                return errbuf_set(err, -EIO, "the CUDA engine failed earlier");
+                return errbuf_set(err, -EIO, "the CUDA engine failed earlier%s: %s",
+                                  ce->lost ? " and its context is lost" : "", ce->failed_why);
 
         s = ce->compute;
         dev = cuda_engine_slot_dev(ce, 0);
@@ -208,10 +211,59 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
                 cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
 
 fail:
+        /* One fault must not fail every later step under its own name: a
+         * sticky error marks the engine lost, and says so. */
+        r = cuda_engine_check_lost(ce, s, r, err);
         free(buf);
         free(fmt);
         free(offs);
         return r;
+}
+
+extern "C" int engine_cuda_debug_info(engine_t *e, engine_cuda_debug_info_t *info) {
+        cuda_engine_t *ce = debug_engine(e);
+        cuda_gemm_stats_t st;
+
+        if (!ce || !info)
+                return -EINVAL;
+        memset(info, 0, sizeof(*info));
+        info->failed = ce->failed;
+        info->lost = ce->lost;
+        snprintf(info->why, sizeof(info->why), "%s", ce->failed_why);
+        info->residual_kernel = ce->residual_kernel;
+        info->residual_kernel_graphs = ce->residual_kernel_graphs;
+        for (int i = 0; i < ce->model->n_ops; i++) {
+                if (ce->model->ops[i].kind != MODEL_OP_CONV)
+                        continue;
+                info->convs++;
+                info->bias_fp32[i] = ce->precision == PRECISION_FP32 || ce->bias_fp32[i];
+                info->convs_bias_fp32 += info->bias_fp32[i];
+        }
+        cuda_gemm_cache_stats(ce->gemm, &st);
+        info->gemm_plans = st.plans;
+        info->gemm_uncached = st.uncached;
+        info->gemm_heuristic_calls = st.heuristic_calls;
+        info->gemm_algo_fallbacks = st.algo_fallbacks;
+        info->max_blocks = cuda_debug_max_blocks;
+        return 0;
+}
+
+extern "C" int engine_cuda_debug_set(engine_t *e, int what, long value, errbuf_t *err) {
+        cuda_engine_t *ce = debug_engine(e);
+
+        if (!ce)
+                return errbuf_set(err, -EINVAL, "engine_cuda_debug_set needs an open CUDA engine");
+        switch (what) {
+        case ENGINE_CUDA_SET_RESIDUAL_KERNEL:
+                ce->residual_kernel = value != 0;
+                return 0;
+        case ENGINE_CUDA_SET_MAX_BLOCKS:
+                if (value < 0 || value > 65536L * 8)
+                        return errbuf_set(err, -EINVAL, "a grid cap of %ld blocks is outside 0..524288", value);
+                cuda_debug_max_blocks = (unsigned)value;
+                return 0;
+        }
+        return errbuf_set(err, -EINVAL, "engine_cuda_debug_set: unknown setting %d", what);
 }
 
 extern "C" int engine_cuda_mem_info(engine_t *e, uint64_t *used_bytes, uint64_t *total_bytes, errbuf_t *err) {

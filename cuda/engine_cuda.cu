@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cuda_check.h"
+#include "cuda_kernels.h"
 #include "engine_cuda_impl.h"
 
 extern "C" {
@@ -122,6 +123,7 @@ static void cuda_engine_destroy(cuda_engine_t *ce) {
         }
         if (ce->compute)
                 (void)cudaStreamDestroy(ce->compute);
+        cuda_gemm_cache_free(ce->gemm);
         if (ce->lt)
                 (void)cublasLtDestroy(ce->lt);
         if (ce->arena)
@@ -145,9 +147,9 @@ static void cuda_engine_destroy(cuda_engine_t *ce) {
 /* --- open ----------------------------------------------------------------- */
 
 /* Uploads every conv/fc weight block (cout, kh, kw, cin) in the precision
- * and its bias in the type of its GEMM's output (the precision for a conv,
- * fp32 for the FC, whose logits are fp32), at plan_weight_layout()'s
- * offsets. The bias blocks are sized for fp32, so either fits. A conv whose
+ * and its bias in fp32 (the FC, whose logits are fp32, and the convs of
+ * ce->bias_fp32) or the precision, at plan_weight_layout()'s offsets. The
+ * bias blocks are sized for fp32, so either fits. A conv whose
  * GEMM K is padded (conv1) gets its block as (cout, gemm_k) with zero pad
  * columns in the workspace's padded-weights region instead, and its block
  * in the weights region stays zero. */
@@ -188,7 +190,10 @@ static int upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
                 const model_op_t *op = &m->ops[i];
                 size_t k = (size_t)op->kh * op->kw * op->cin, gk;
                 const float *src;
-                precision_t bias_p = op->kind == MODEL_OP_FC ? PRECISION_FP32 : ce->precision;
+                /* The FC's bias is of its fp32 logits; a conv's is fp32 when
+                 * ce->bias_fp32 asks for it (open's warm-up may still turn it
+                 * to the precision: cuda_engine_bias_to_precision). */
+                precision_t bias_p = op->kind == MODEL_OP_FC || ce->bias_fp32[i] ? PRECISION_FP32 : ce->precision;
                 char what[96];
 
                 if (op->kind != MODEL_OP_CONV && op->kind != MODEL_OP_FC)
@@ -230,6 +235,28 @@ fail:
         return r;
 }
 
+int cuda_engine_bias_to_precision(cuda_engine_t *ce, int i, errbuf_t *err) {
+        const model_op_t *op = &ce->model->ops[i];
+        void *host;
+        int r = 0;
+
+        assert(op->kind == MODEL_OP_CONV && ce->bias_fp32[i] && ce->model->biases);
+        host = malloc((size_t)op->cout * sizeof(float));
+        if (!host)
+                return errbuf_set(err, -ENOMEM, "out of host memory converting a bias");
+        cuda_host_from_f32(ce->precision, ce->model->biases + op->b_off, (size_t)op->cout, host);
+        /* On the compute stream: after every GEMM already queued that reads
+         * the fp32 bias, before every one that will read this. */
+        CUDA_GOTO(cudaMemcpyAsync(ce->bias[i], host, (size_t)op->cout * ce->pb, cudaMemcpyHostToDevice, ce->compute),
+                  "uploading a bias in the precision");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "uploading a bias in the precision");
+        ce->bias_fp32[i] = 0;
+        ce->bias_changed = 1;
+fail:
+        free(host);
+        return r;
+}
+
 /* One graph per (slot, bucket): the compute of cuda_forward() at the
  * bucket's batch, captured on the compute stream, instantiated, uploaded,
  * and run once on the zeroed staging (all formats RECORD_UNKNOWN: zeros in,
@@ -240,6 +267,7 @@ fail:
  * not inside a capture, and a failure names the layer plainly. */
 static int capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
         cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
         cudaError_t c;
         char what[96];
         int r = 0;
@@ -250,19 +278,31 @@ static int capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
         if (!ce->graphs)
                 return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA graphs");
 
+        /* The warm-up: every bucket once outside any capture. It plans every
+         * GEMM the graphs will hold (cuda_gemm.h), so the captures only
+         * enqueue. A conv whose fp32 bias no kernel takes falls back to the
+         * precision during it; then the shapes already planned with the
+         * fp32 bias are stale, and the warm-up runs again (each conv falls
+         * back at most once, so this ends). */
+        ce->bias_fallback = 1;
+        do {
+                ce->bias_changed = 0;
+                for (int b = 0; b < ce->n_buckets; b++) {
+                        snprintf(what, sizeof(what), "running batch %d outside a graph", ce->buckets[b]);
+                        r = cuda_forward(ce, ce->compute, 0, ce->buckets[b], err);
+                        if (r < 0) {
+                                ce->bias_fallback = 0;
+                                r = errbuf_prefix(err, r, "%s", what);
+                                goto fail;
+                        }
+                        CUDA_GOTO(cudaStreamSynchronize(ce->compute), what);
+                }
+        } while (ce->bias_changed);
+        ce->bias_fallback = 0;
+        ce->residual_kernel_graphs = ce->residual_kernel;
+
         for (int s = 0; s < ce->depth; s++) {
                 for (int b = 0; b < ce->n_buckets; b++) {
-                        cudaGraphExec_t *exec = &ce->graphs[s * ce->n_buckets + b];
-
-                        if (s == 0) {
-                                snprintf(what, sizeof(what), "running batch %d outside a graph", ce->buckets[b]);
-                                r = cuda_forward(ce, ce->compute, 0, ce->buckets[b], err);
-                                if (r < 0) {
-                                        r = errbuf_prefix(err, r, "%s", what);
-                                        goto fail;
-                                }
-                                CUDA_GOTO(cudaStreamSynchronize(ce->compute), what);
-                        }
                         snprintf(what, sizeof(what), "capturing the graph of slot %d, batch %d", s, ce->buckets[b]);
                         CUDA_GOTO(cudaStreamBeginCapture(ce->compute, cudaStreamCaptureModeThreadLocal), what);
                         r = cuda_forward(ce, ce->compute, s, ce->buckets[b], err);
@@ -272,11 +312,19 @@ static int capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
                                 goto fail;
                         }
                         CUDA_GOTO(c, what);
-                        CUDA_GOTO(cudaGraphInstantiate(exec, graph, 0), what);
+                        /* Into a local: a failed instantiation leaves no
+                         * handle in ce->graphs for teardown to destroy. */
+                        exec = NULL;
+                        snprintf(what, sizeof(what), "instantiating the graph of slot %d, batch %d", s,
+                                 ce->buckets[b]);
+                        CUDA_GOTO(cudaGraphInstantiate(&exec, graph, 0), what);
+                        ce->graphs[s * ce->n_buckets + b] = exec;
                         (void)cudaGraphDestroy(graph);
                         graph = NULL;
-                        CUDA_GOTO(cudaGraphUpload(*exec, ce->compute), what);
-                        CUDA_GOTO(cudaGraphLaunch(*exec, ce->compute), what);
+                        snprintf(what, sizeof(what), "uploading the graph of slot %d, batch %d", s, ce->buckets[b]);
+                        CUDA_GOTO(cudaGraphUpload(exec, ce->compute), what);
+                        snprintf(what, sizeof(what), "launching the graph of slot %d, batch %d", s, ce->buckets[b]);
+                        CUDA_GOTO(cudaGraphLaunch(exec, ce->compute), what);
                 }
         }
         CUDA_GOTO(cudaStreamSynchronize(ce->compute), "running each captured graph once");
@@ -327,6 +375,15 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
          * kernel launch check (cudaGetLastError) as this open's failure. */
         (void)cudaGetLastError();
         CUDA_GOTO(cudaFree(0), "initialising the CUDA context");
+        {
+                int major = 0, minor = 0;
+
+                CUDA_GOTO(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, e->device), what);
+                CUDA_GOTO(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e->device), what);
+                r = cuda_kernels_loadable(major, minor, err);
+                if (r < 0)
+                        goto fail;
+        }
         CUDA_GOTO(cudaStreamCreateWithFlags(&ce->compute, cudaStreamNonBlocking), "creating the compute stream");
         for (int s = 0; s < ce->depth; s++) {
                 CUDA_GOTO(cudaStreamCreateWithFlags(&ce->copy[s], cudaStreamNonBlocking), "creating a copy stream");
@@ -392,12 +449,37 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->L.arena_bytes, ce->compute), "clearing the device arena");
         CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
 
-        /* 5. One weight set, in the precision. */
+        /* 5. One weight set, in the precision, the conv biases in fp32 where
+         *    cuBLASLt will take it (tried at the warm-up; INFERD_CUDA_BIAS=
+         *    precision skips the try). The residual mode: fused through C
+         *    (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
+         *    epilogue and cuda_add_relu, the fallback the GPU tests compare. */
+        {
+                const char *bias_env = getenv("INFERD_CUDA_BIAS");
+                const char *res_env = getenv("INFERD_CUDA_RESIDUAL");
+                int try_fp32 = ce->precision != PRECISION_FP32 && !(bias_env && strcmp(bias_env, "precision") == 0);
+
+                for (int i = 0; i < e->model->n_ops; i++)
+                        ce->bias_fp32[i] = try_fp32 && e->model->ops[i].kind == MODEL_OP_CONV;
+                ce->residual_kernel = res_env && strcmp(res_env, "kernel") == 0;
+        }
         r = upload_weights(ce, e->model, err);
         if (r < 0)
                 goto fail;
 
-        /* 6. The graphs (cuBLASLt's algorithms are chosen here). */
+        /* 6. The GEMM plans (made at the warm-up: each (op, bucket) once, and
+         *    room for the single steps' sizes), then the graphs. */
+        {
+                int gemm_ops = 0;
+
+                for (int i = 0; i < e->model->n_ops; i++)
+                        gemm_ops += e->model->ops[i].kind == MODEL_OP_CONV || e->model->ops[i].kind == MODEL_OP_FC;
+                r = cuda_gemm_cache_new(&ce->gemm, gemm_ops * (ENGINE_CUDA_MAX_BUCKETS + 8));
+                if (r < 0) {
+                        r = errbuf_set(err, r, "out of host memory for the GEMM plans");
+                        goto fail;
+                }
+        }
         r = capture_graphs(ce, err);
         if (r < 0)
                 goto fail;
@@ -423,6 +505,17 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         return 0;
 
 fail:
+        /* A fault during the warm-up or the graphs' first runs is sticky:
+         * say so, since every later CUDA call of this process (another
+         * open, the CPU fallback's probe aside) will fail the same way. */
+        if (ce->compute) {
+                cudaError_t c = cudaDeviceSynchronize();
+
+                if (c == cudaSuccess)
+                        c = cudaPeekAtLastError();
+                if (cuda_error_is_sticky(c))
+                        r = errbuf_prefix(err, r, "the CUDA context is lost (%s)", cudaGetErrorName(c));
+        }
         cuda_engine_destroy(ce);
         return r;
 }
@@ -454,9 +547,49 @@ static void CUDART_CB cuda_on_done(void *arg) {
         pthread_mutex_unlock(&ce->lock);
 }
 
-static int cuda_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_t *err) {
+int cuda_engine_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_t *err) {
+        int r;
+
+        r = errbuf_set(err, -EIO, "%s: %s (%s)", what, cudaGetErrorString(c), cudaGetErrorName(c));
+        if (cuda_error_is_sticky(c)) {
+                ce->lost = 1;
+                r = errbuf_prefix(err, r, "the CUDA context is lost");
+        }
+        if (!ce->failed)
+                snprintf(ce->failed_why, sizeof(ce->failed_why), "%.500s", err ? err->msg : what);
         ce->failed = 1;
-        return errbuf_set(err, -EIO, "%s: %s (%s)", what, cudaGetErrorString(c), cudaGetErrorName(c));
+        return r;
+}
+
+int cuda_engine_check_lost(cuda_engine_t *ce, cudaStream_t s, int r, errbuf_t *err) {
+        cudaError_t c;
+
+        if (r >= 0 || ce->lost)
+                return r;
+        /* A sticky error answers every call, this one included; a
+         * non-sticky one (a bad launch) leaves the stream working. */
+        c = cudaStreamSynchronize(s);
+        if (c == cudaSuccess)
+                c = cudaPeekAtLastError();
+        if (!cuda_error_is_sticky(c))
+                return r;
+        ce->lost = 1;
+        ce->failed = 1;
+        snprintf(ce->failed_why, sizeof(ce->failed_why), "%.400s (%.80s)", err ? err->msg : "a step failed",
+                 cudaGetErrorName(c));
+        return errbuf_prefix(err, r, "the CUDA context is lost (%s)", cudaGetErrorName(c));
+}
+
+/* A failed submit: the error as cuda_engine_fail, after waiting for the
+ * slot's copy stream, so that no copy still reads the slot's pinned input
+ * when the caller reuses it (with a lost context the wait returns at once,
+ * and nothing runs any more either). */
+static int submit_fail(cuda_engine_t *ce, cudaStream_t cs, cudaError_t c, const char *what, errbuf_t *err) {
+        int r = cuda_engine_fail(ce, c, what, err);
+
+        (void)cudaStreamSynchronize(cs);
+        (void)cudaGetLastError();
+        return r;
 }
 
 static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
@@ -473,7 +606,8 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
 
         assert(ce);
         if (ce->failed)
-                return errbuf_set(err, -EIO, "the CUDA engine failed earlier and runs no more batches");
+                return errbuf_set(err, -EIO, "the CUDA engine failed earlier and runs no more batches (%s)",
+                                  ce->failed_why);
         if (slot < 0 || slot >= ce->depth)
                 return errbuf_set(err, -EINVAL, "slot %d does not exist (the engine has %d)", slot, ce->depth);
         if (n < 1 || n > ce->max_batch)
@@ -508,30 +642,33 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
 
         cs = ce->copy[slot];
         if ((c = cudaSetDevice(e->device)) != cudaSuccess)
-                return cuda_fail(ce, c, "selecting the CUDA device", err);
+                return cuda_engine_fail(ce, c, "selecting the CUDA device", err);
+        /* From here on a failure may leave an H2D copy of this slot's pinned
+         * input queued or running: submit_fail waits for the slot's copy
+         * stream before the slot goes back to the caller as idle. */
         if ((c = cudaMemcpyAsync(dev + ce->L.slot.input_off, host + ce->L.slot.input_off, (size_t)input_bytes,
                                  cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(dev + ce->L.slot.formats_off, host + ce->L.slot.formats_off,
                                  (size_t)bucket * sizeof(int32_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(dev + ce->L.slot.offsets_off, host + ce->L.slot.offsets_off,
                                  (size_t)bucket * sizeof(int64_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess)
-                return cuda_fail(ce, c, "copying a batch to the device", err);
+                return submit_fail(ce, cs, c, "copying a batch to the device", err);
         if ((c = cudaEventRecord(ce->ev_in[slot], cs)) != cudaSuccess ||
             (c = cudaStreamWaitEvent(ce->compute, ce->ev_in[slot], 0)) != cudaSuccess)
-                return cuda_fail(ce, c, "ordering a batch's copy before its compute", err);
+                return submit_fail(ce, cs, c, "ordering a batch's copy before its compute", err);
         if ((c = cudaGraphLaunch(ce->graphs[slot * ce->n_buckets + bi], ce->compute)) != cudaSuccess)
-                return cuda_fail(ce, c, "launching a batch's graph", err);
+                return submit_fail(ce, cs, c, "launching a batch's graph", err);
         if ((c = cudaEventRecord(ce->ev_done[slot], ce->compute)) != cudaSuccess ||
             (c = cudaStreamWaitEvent(cs, ce->ev_done[slot], 0)) != cudaSuccess)
-                return cuda_fail(ce, c, "ordering a batch's compute before its results", err);
+                return submit_fail(ce, cs, c, "ordering a batch's compute before its results", err);
         if ((c = cudaMemcpyAsync(host + ce->L.slot.logits_off, dev + ce->L.slot.logits_off,
                                  (size_t)n * MODEL_CLASSES * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(host + ce->L.slot.topk_off, dev + ce->L.slot.topk_off,
                                  (size_t)n * ce->top_k * sizeof(engine_topk_t), cudaMemcpyDeviceToHost, cs)) !=
                     cudaSuccess)
-                return cuda_fail(ce, c, "copying a batch's results to the host", err);
+                return submit_fail(ce, cs, c, "copying a batch's results to the host", err);
         if ((c = cudaLaunchHostFunc(cs, cuda_on_done, &ce->cbs[slot])) != cudaSuccess)
-                return cuda_fail(ce, c, "queueing a batch's completion callback", err);
+                return submit_fail(ce, cs, c, "queueing a batch's completion callback", err);
         ce->in_flight[slot] = 1;
         ce->n_in_flight++;
         return 0;
@@ -570,13 +707,13 @@ static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
                         return 0;
                 c = cudaStreamQuery(ce->compute);
                 if (c != cudaSuccess && c != cudaErrorNotReady)
-                        return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+                        return cuda_engine_fail(ce, c, "the GPU failed while running a batch", err);
                 for (int i = 0; i < ce->depth; i++) {
                         if (!ce->in_flight[i])
                                 continue;
                         c = cudaStreamQuery(ce->copy[i]);
                         if (c != cudaSuccess && c != cudaErrorNotReady)
-                                return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+                                return cuda_engine_fail(ce, c, "the GPU failed while running a batch", err);
                 }
                 /* A NotReady answer may also be recorded as the thread's last
                  * error; clear it so that a later launch check on this
@@ -593,7 +730,7 @@ static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
          * callback itself has not returned yet. */
         c = cudaStreamQuery(ce->copy[s]);
         if (c != cudaSuccess && c != cudaErrorNotReady)
-                return cuda_fail(ce, c, "the GPU failed while running a batch", err);
+                return cuda_engine_fail(ce, c, "the GPU failed while running a batch", err);
         if (c == cudaErrorNotReady)
                 (void)cudaGetLastError();       /* as above: not an error */
         *slot = s;

@@ -21,6 +21,7 @@ extern "C" {
 
 #include "engine/engine.h"
 #include "core/errbuf.h"
+#include "core/model.h"
 #include "core/record.h"
 
 #define ENGINE_CUDA_OP_PREPROCESS (-1)
@@ -52,9 +53,44 @@ extern "C" {
  * Uses the engine's own arena (it may overwrite activations and the slots'
  * device staging); never call it while a slot is in flight (-EBUSY).
  * Returns 0, -EINVAL (bad op, n or arguments), -EBUSY, or -EIO with CUDA's
- * message. */
+ * message. After a sticky CUDA error (an illegal address, a launch
+ * failure) the engine is marked failed and lost (engine_cuda_debug_info),
+ * the message starts "the CUDA context is lost", and every later step and
+ * submit refuses with that first error. */
 int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host_in, const record_format_t *formats,
                          const float *host_residual, void *host_out, errbuf_t *err);
+
+/* What the engine is in, for the GPU tests' report: whether it failed and
+ * whether the failure was sticky (the CUDA context is lost: every later CUDA
+ * call in the process fails the same way, so the tests stop there), the
+ * residual mode, each conv's bias type, the GEMM plans. Returns 0 or
+ * -EINVAL. */
+typedef struct engine_cuda_debug_info {
+        int failed;             /* submit/reap saw a CUDA error, or a step found the context lost */
+        int lost;               /* the error was sticky: the context is unusable */
+        char why[512];          /* the first such error */
+        int residual_kernel;    /* single steps: BIAS epilogue + add-ReLU kernel (else C with RELU_BIAS) */
+        int residual_kernel_graphs;     /* the graphs' mode (captured at open) */
+        int convs, convs_bias_fp32;     /* convs, and those whose GEMM takes an fp32 bias */
+        unsigned char bias_fp32[MODEL_MAX_OPS]; /* per op: 1 when conv op's bias is fp32 */
+        int gemm_plans, gemm_uncached, gemm_heuristic_calls, gemm_algo_fallbacks;
+        unsigned max_blocks;    /* the grid cap of ENGINE_CUDA_SET_MAX_BLOCKS (0: the default) */
+} engine_cuda_debug_info_t;
+
+int engine_cuda_debug_info(engine_t *e, engine_cuda_debug_info_t *info);
+
+/* Settings for single steps (never for the graphs, which keep what they
+ * were captured with):
+ * ENGINE_CUDA_SET_RESIDUAL_KERNEL 0|1: the residual convs as one fused GEMM
+ *   (C, RELU_BIAS, beta 1), or the BIAS epilogue then the add-ReLU kernel
+ *   (the fallback; INFERD_CUDA_RESIDUAL=kernel makes it the graphs' mode);
+ * ENGINE_CUDA_SET_MAX_BLOCKS N: cap every hand-written kernel's grid at N
+ *   blocks (0 = the default cap), so that a small batch runs the
+ *   grid-stride loops past their first pass. Process-wide.
+ * Returns 0 or -EINVAL. */
+#define ENGINE_CUDA_SET_RESIDUAL_KERNEL 1
+#define ENGINE_CUDA_SET_MAX_BLOCKS 2
+int engine_cuda_debug_set(engine_t *e, int what, long value, errbuf_t *err);
 
 /* Device memory as the driver reports it (cudaMemGetInfo on the engine's
  * device): *used_bytes = total - free, *total_bytes = total. This counts

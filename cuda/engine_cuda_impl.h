@@ -29,6 +29,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "cuda_gemm.h"
+
 extern "C" {
 #include "engine/engine.h"
 #include "engine/engine_cuda_plan.h"
@@ -75,6 +77,15 @@ struct cuda_engine {
         int *in_flight;                 /* (depth) submitted, not reaped; owned by the caller's thread */
         int n_in_flight;
         int failed;                     /* a device error was seen: the engine is unusable */
+        int lost;                       /* ... and it was sticky: the CUDA context itself is unusable */
+        char failed_why[512];           /* the error that set failed */
+
+        cuda_gemm_cache_t *gemm;        /* the GEMM plans, made at the warm-up outside capture */
+        unsigned char bias_fp32[MODEL_MAX_OPS]; /* conv i's bias is fp32 on an fp16/bf16 D */
+        int bias_fallback;              /* open's warm-up: a refused fp32 bias may go to D's type */
+        int bias_changed;               /* ... and one did: warm up again */
+        int residual_kernel;            /* residual convs: BIAS epilogue + cuda_add_relu (else C, RELU_BIAS) */
+        int residual_kernel_graphs;     /* the mode the graphs were captured in */
 };
 
 /* Device pointers of slot s's staging regions and of activation tensor t
@@ -87,6 +98,17 @@ void *cuda_engine_tensor(cuda_engine_t *ce, int t);
  * even), for the weight upload and the GPU tests' single steps. */
 void cuda_host_from_f32(precision_t p, const float *in, size_t n, void *out);
 void cuda_host_to_f32(precision_t p, const void *in, size_t n, float *out);
+
+/* Records a CUDA error seen by the engine: marks it failed, and lost when
+ * the error is sticky. Returns -EIO with "what: CUDA's message" in err. */
+int cuda_engine_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_t *err);
+/* After a step failed with r: whether the context died under it (a sticky
+ * error, found by synchronising s); marks the engine lost and failed, and
+ * says so in err. Returns r. */
+int cuda_engine_check_lost(cuda_engine_t *ce, cudaStream_t s, int r, errbuf_t *err);
+/* Conv i's bias goes to the precision for good (uploaded again from the
+ * model's host copy, open only). Returns 0 or -EIO. */
+int cuda_engine_bias_to_precision(cuda_engine_t *ce, int i, errbuf_t *err);
 
 /* forward.cu: enqueue on s, for n samples of slot's staging. */
 int cuda_forward_preprocess(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err);

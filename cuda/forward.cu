@@ -6,7 +6,9 @@
  *   conv         im2col into the workspace when needed (K padded to a
  *                multiple of 8, against a zero-padded weight copy), then one cuBLASLt
  *                GEMM with bias (+ residual through C) (+ ReLU) fused:
- *                in (n, h, w, cin) -> out (n, ho, wo, cout)
+ *                in (n, h, w, cin) -> out (n, ho, wo, cout); with
+ *                ce->residual_kernel, a conv with a residual is the GEMM
+ *                with the BIAS epilogue alone, then cuda_add_relu
  *   maxpool      (n, 112, 112, 64) -> (n, 56, 56, 64)
  *   avgpool      (n, 7, 7, 2048) -> (n, 2048)
  *   fc           (n, 2048) -> the slot's logits (n, 1000) fp32: the FC
@@ -16,8 +18,12 @@
  *
  * It enqueues only, so it serves both the graph capture at open and the
  * single steps of the GPU tests. Every pointer comes from the arena layout
- * (engine_cuda_plan.h); nothing is allocated. */
+ * (engine_cuda_plan.h); nothing is allocated. Every error is prefixed with
+ * the layer's name. The GEMMs go through the engine's plan cache
+ * (cuda_gemm.h), keyed by op index: the warm-up at open plans them outside
+ * any capture. */
 #include <assert.h>
+#include <string.h>
 
 #include "cuda_check.h"
 #include "cuda_gemm.h"
@@ -40,7 +46,51 @@ int cuda_forward_head(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf
                          (engine_topk_t *)(dev + ce->L.slot.topk_off), err);
 }
 
-static int forward_conv(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op, int n, errbuf_t *err) {
+/* The GEMM of conv or FC op i, for n samples of slot (the FC writes into
+ * the slot's logits). In the residual-kernel mode a conv with a residual
+ * gets the BIAS epilogue alone (no C, no ReLU): forward_conv adds the
+ * residual and the ReLU afterwards. */
+static void forward_gemm_of(cuda_engine_t *ce, int i, int slot, int n, cuda_gemm_t *g) {
+        const model_op_t *op = &ce->model->ops[i];
+        int residual_kernel = op->residual >= 0 && ce->residual_kernel;
+
+        memset(g, 0, sizeof(*g));
+        g->ab = ce->precision;
+        g->w = ce->w[i];
+        g->bias = ce->bias[i];
+        g->n = op->cout;
+        if (op->kind == MODEL_OP_FC) {
+                g->m = n;
+                g->k = op->cin;
+                g->d_fp32 = 1;
+                g->a = cuda_engine_tensor(ce, op->in);
+                g->lda = op->cin;
+                g->d = cuda_engine_slot_dev(ce, slot) + ce->L.slot.logits_off;
+                g->relu = op->relu;
+                return;
+        }
+        g->m = (int64_t)n * op->h_out * op->w_out;
+        g->k = (int64_t)engine_cuda_gemm_k(op);         /* kh * kw * cin, padded for im2col (conv1: 147 -> 152) */
+        g->bias_fp32 = ce->bias_fp32[i];
+        g->c = op->residual >= 0 && !residual_kernel ? cuda_engine_tensor(ce, op->residual) : NULL;
+        g->d = cuda_engine_tensor(ce, op->out);
+        g->relu = op->relu && !residual_kernel;
+        if (engine_cuda_op_needs_im2col(op)) {
+                g->a = ce->arena + ce->L.im2col_off;    /* (m, k) */
+                g->lda = g->k;
+        } else {
+                g->a = cuda_engine_tensor(ce, op->in);  /* (n * h * w, cin) is already the GEMM's A */
+                g->lda = op->cin;
+        }
+}
+
+static int forward_gemm(cuda_engine_t *ce, cudaStream_t s, int i, const cuda_gemm_t *g, errbuf_t *err) {
+        return cuda_gemm_run(ce->gemm, ce->lt, s, i, g, ce->arena + ce->L.lt_workspace_off, ce->L.lt_workspace_bytes,
+                             err);
+}
+
+static int forward_conv(cuda_engine_t *ce, cudaStream_t s, int i, int n, errbuf_t *err) {
+        const model_op_t *op = &ce->model->ops[i];
         const model_tensor_t *tin = &ce->model->tensors[op->in];
         const model_tensor_t *tout = &ce->model->tensors[op->out];
         cuda_gemm_t g;
@@ -48,57 +98,46 @@ static int forward_conv(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op,
 
         assert(tin->h == op->h_in && tin->w == op->w_in && tin->c == op->cin);
         assert(tout->h == op->h_out && tout->w == op->w_out && tout->c == op->cout);
-
-        g.m = (int64_t)n * op->h_out * op->w_out;
-        g.n = op->cout;
-        g.k = (int64_t)engine_cuda_gemm_k(op);  /* kh * kw * cin, padded for im2col (conv1: 147 -> 152) */
-        g.ab = ce->precision;
-        g.d_fp32 = 0;
-        g.w = ce->w[op - ce->model->ops];
-        g.bias = ce->bias[op - ce->model->ops];
-        g.c = op->residual >= 0 ? cuda_engine_tensor(ce, op->residual) : NULL;
-        g.d = cuda_engine_tensor(ce, op->out);
-        g.relu = op->relu;
+        forward_gemm_of(ce, i, 0, n, &g);
         if (engine_cuda_op_needs_im2col(op)) {
-                void *col = ce->arena + ce->L.im2col_off;       /* (m, k) */
-
                 assert((uint64_t)g.m * g.k * ce->pb <= ce->L.im2col_bytes);
                 r = cuda_im2col(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in, op->cin,
-                                op->kh, op->kw, op->stride, op->pad, op->h_out, op->w_out, (int)g.k, col, err);
+                                op->kh, op->kw, op->stride, op->pad, op->h_out, op->w_out, (int)g.k, (void *)g.a, err);
                 if (r < 0)
-                        return r;
-                g.a = col;
-                g.lda = g.k;
+                        return errbuf_prefix(err, r, "%s", op->name);
         } else {
-                g.a = cuda_engine_tensor(ce, op->in);   /* (n * h * w, cin) is already the GEMM's A */
-                g.lda = op->cin;
                 assert(g.k == op->cin);
         }
-        r = cuda_gemm_run(ce->lt, s, &g, ce->arena + ce->L.lt_workspace_off, ce->L.lt_workspace_bytes, err);
+        r = forward_gemm(ce, s, i, &g, err);
+        if (r == -ENOTSUP && g.bias_fp32 && ce->bias_fallback) {
+                /* No kernel takes an fp32 bias here: the bias goes to D's
+                 * type for good (the warm-up at open re-runs every shape of
+                 * this op with it). */
+                r = cuda_engine_bias_to_precision(ce, i, err);
+                if (r < 0)
+                        return errbuf_prefix(err, r, "%s", op->name);
+                g.bias_fp32 = 0;
+                r = forward_gemm(ce, s, i, &g, err);
+        }
         if (r < 0)
                 return errbuf_prefix(err, r, "%s", op->name);
+        if (op->residual >= 0 && ce->residual_kernel) {
+                r = cuda_add_relu(s, ce->precision, g.d, cuda_engine_tensor(ce, op->residual), g.m * g.n, err);
+                if (r < 0)
+                        return errbuf_prefix(err, r, "%s", op->name);
+        }
         return 0;
 }
 
-static int forward_fc(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op, int slot, int n, errbuf_t *err) {
+static int forward_fc(cuda_engine_t *ce, cudaStream_t s, int i, int slot, int n, errbuf_t *err) {
+        const model_op_t *op = &ce->model->ops[i];
         cuda_gemm_t g;
         int r;
 
         assert(ce->model->tensors[op->in].elems == (size_t)op->cin);
         assert(op->cout == MODEL_CLASSES);
-        g.m = n;
-        g.n = op->cout;
-        g.k = op->cin;
-        g.ab = ce->precision;
-        g.d_fp32 = 1;
-        g.a = cuda_engine_tensor(ce, op->in);
-        g.lda = op->cin;
-        g.w = ce->w[op - ce->model->ops];
-        g.bias = ce->bias[op - ce->model->ops];
-        g.c = NULL;
-        g.d = cuda_engine_slot_dev(ce, slot) + ce->L.slot.logits_off;
-        g.relu = op->relu;
-        r = cuda_gemm_run(ce->lt, s, &g, ce->arena + ce->L.lt_workspace_off, ce->L.lt_workspace_bytes, err);
+        forward_gemm_of(ce, i, slot, n, &g);
+        r = forward_gemm(ce, s, i, &g, err);
         if (r < 0)
                 return errbuf_prefix(err, r, "%s", op->name);
         return 0;
@@ -106,22 +145,25 @@ static int forward_fc(cuda_engine_t *ce, cudaStream_t s, const model_op_t *op, i
 
 int cuda_forward_op(cuda_engine_t *ce, cudaStream_t s, int i, int slot, int n, errbuf_t *err) {
         const model_op_t *op;
+        int r;
 
         assert(i >= 0 && i < ce->model->n_ops && n >= 1 && n <= ce->max_batch);
         op = &ce->model->ops[i];
         switch (op->kind) {
         case MODEL_OP_CONV:
-                return forward_conv(ce, s, op, n, err);
+                return forward_conv(ce, s, i, n, err);
         case MODEL_OP_MAXPOOL:
                 assert(op->kh == op->kw);
-                return cuda_maxpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in,
-                                    op->cin, op->kh, op->stride, op->pad, op->h_out, op->w_out,
-                                    cuda_engine_tensor(ce, op->out), err);
+                r = cuda_maxpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in, op->cin,
+                                 op->kh, op->stride, op->pad, op->h_out, op->w_out, cuda_engine_tensor(ce, op->out),
+                                 err);
+                return r < 0 ? errbuf_prefix(err, r, "%s", op->name) : 0;
         case MODEL_OP_AVGPOOL:
-                return cuda_avgpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in,
-                                    op->cin, cuda_engine_tensor(ce, op->out), err);
+                r = cuda_avgpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in, op->cin,
+                                 cuda_engine_tensor(ce, op->out), err);
+                return r < 0 ? errbuf_prefix(err, r, "%s", op->name) : 0;
         case MODEL_OP_FC:
-                return forward_fc(ce, s, op, slot, n, err);
+                return forward_fc(ce, s, i, slot, n, err);
         }
         assert(!"unknown op kind");
         return errbuf_set(err, -EINVAL, "%s: unknown op kind %d", op->name, (int)op->kind);

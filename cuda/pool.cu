@@ -129,3 +129,30 @@ int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
         CUDA_LAUNCH_RETURN("avgpool kernel launch");
         return 0;
 }
+
+#ifndef INFERD_CUDA_ARCH_LIST
+#define INFERD_CUDA_ARCH_LIST "(not recorded)"
+#endif
+
+/* Asked at open, before anything runs: a build without code for this GPU
+ * (an sm_80/sm_90 build on an older GPU, or a driver too old for the PTX)
+ * otherwise passes the probe and fails at its first kernel. Any kernel of
+ * this build answers for all of them: they are compiled for the same
+ * architectures (the Makefile's CUDA_ARCH, SASS each, PTX for the newest). */
+int cuda_kernels_loadable(int cc_major, int cc_minor, errbuf_t *err) {
+        cudaFuncAttributes fa;
+        cudaError_t c = cudaFuncGetAttributes(&fa, maxpool_kernel<float>);
+
+        if (c == cudaSuccess)
+                return 0;
+        (void)cudaGetLastError();
+        if (c == cudaErrorNoKernelImageForDevice || c == cudaErrorInvalidDeviceFunction ||
+            c == cudaErrorUnsupportedPtxVersion || c == cudaErrorInvalidPtx)
+                return errbuf_set(err, -ENOTSUP,
+                                  "this build has no GPU code that runs on compute capability %d.%d (built with "
+                                  "CUDA_ARCH=\"%s\", PTX for the newest): %s (%s); rebuild with CUDA_ARCH=%d%d",
+                                  cc_major, cc_minor, INFERD_CUDA_ARCH_LIST, cudaGetErrorString(c),
+                                  cudaGetErrorName(c), cc_major, cc_minor);
+        return errbuf_set(err, -EIO, "loading the engine's kernels: %s (%s)", cudaGetErrorString(c),
+                          cudaGetErrorName(c));
+}

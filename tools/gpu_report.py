@@ -43,6 +43,64 @@ def gib(x):
     return f"{x / 2**30:.2f} GiB" if isinstance(x, (int, float)) else "—"
 
 
+def issue13_table(tests, work, tests_dir, bad):
+    """The answers of the first GPU run to issue 13: a lost context (item 2),
+    the residual through C against the add-ReLU fallback (6), the conv
+    biases' type (8), the kernels under a 64-block grid and the padding row
+    (9), the GEMM plans (1) and compute-sanitizer's memcheck."""
+    # The dry run's ids are the self-test's ("gpu-selftest/..."): read those
+    # there, so that the table is exercised without a GPU too.
+    results = (tests or {}).get("results", [])
+    pre = "gpu-selftest" if results and all(r["id"].startswith("gpu-selftest/") for r in results) else "gpu"
+    by_id = {"gpu/" + r["id"].split("/", 1)[1]: r for r in results if r["id"].startswith(pre + "/")}
+    lines = ["| issue 13 | fp32 | fp16 | bf16 |", "| --- | --- | --- | --- |"]
+
+    def status(p, suffix):
+        r = by_id.get(f"gpu/{p}/{suffix}")
+        if not r:
+            return "—"
+        return r["status"].upper() + (f" ({r['detail'][:60]})" if r["status"] != "pass" and r["detail"] else "")
+
+    def cap64(p):
+        rs = [r for i, r in by_id.items() if i.startswith(f"gpu/{p}/cap64/")]
+        if not rs:
+            return "—"
+        ok = sum(r["status"] == "pass" for r in rs)
+        return f"{ok}/{len(rs)} pass"
+
+    def opened(p, key):
+        f = (by_id.get(f"gpu/{p}/open") or {}).get("figures") or {}
+        return f.get(key)
+
+    ps = ("fp32", "fp16", "bf16")
+    lines.append("| 6: residual fused (C, beta 1, RELU_BIAS) | " + " | ".join(status(p, "residual/fused") for p in ps) + " |")
+    lines.append("| 6: residual, BIAS + add-ReLU kernel | " + " | ".join(status(p, "residual/kernel") for p in ps) + " |")
+    lines.append("| 8: convs with an fp32 bias | " + " | ".join(
+        f"{opened(p, 'convs_bias_fp32')}/{opened(p, 'convs')}" if opened(p, "convs") else "—" for p in ps) + " |")
+    lines.append("| 9: kernels under a 64-block grid | " + " | ".join(cap64(p) for p in ps) + " |")
+    lines.append("| 9: padding row exactly 0 | " + " | ".join(status(p, "layer/preprocess-padding") for p in ps) + " |")
+    lines.append("| 1: GEMM plans (algorithm fallbacks) | " + " | ".join(
+        f"{opened(p, 'gemm_plans')} ({opened(p, 'gemm_algo_fallbacks')})" if opened(p, "gemm_plans") is not None
+        else "—" for p in ps) + " |")
+    lost = (tests or {}).get("context_lost")
+    memcheck = "not run"
+    try:
+        with open(os.path.join(work, "memcheck.summary")) as f:
+            memcheck = f.read().strip() or "no summary line"
+    except OSError:
+        pass
+    lines += ["", f"2: device context lost: {lost or 'no'}; memcheck (inferd-run fp16 batch 3): {memcheck}"]
+    # The fallbacks stage (only when gpu-tests pointed at them).
+    fb, _ = load(os.path.join(tests_dir, "gpu-tests-fallbacks.json"))
+    if fb:
+        lines.append(f"fallbacks (gpu-tests --quick with the env of stages/fallbacks.log): {fb.get('passed')} passed,"
+                     f" {fb.get('failed')} failed, {fb.get('skipped')} skipped")
+    lines.append("")
+    if lost:
+        bad.append(f"gpu-tests: {lost}")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", required=True, help="the folder of the stages' outputs")
@@ -129,6 +187,9 @@ def main():
         md.append(f"| inferd-run vs torchvision | — | — | — | no results: {cerr} |")
         bad.append(f"compare: no results ({cerr})")
     md.append("")
+
+    # Issue 13's open questions, answered by gpu-tests and the sanitizer.
+    md += issue13_table(tests, args.work, os.path.dirname(os.path.abspath(args.gpu_tests)), bad)
 
     # Throughput.
     batches = sorted({r["batch"] for r in (binf or {}).get("runs", [])} |

@@ -2,7 +2,7 @@
  *
  * Every hand-written kernel in cuda/ keeps its per-element body in a
  * __host__ __device__ function (im2col_word, maxpool_elem, avgpool_elem,
- * preprocess_elem, head_sort_step). This program includes those very .cu
+ * preprocess_elem, head_sort_step, add_relu_elem). This program includes those very .cu
  * files, runs the bodies on the CPU over every output element, and compares
  * them with the CPU reference (cpu_ops.c), so a wrong index fails here, in
  * CI, without a GPU. It does not launch anything on a device and says
@@ -12,6 +12,7 @@
 #include "pool.cu"
 #include "preprocess.cu"
 #include "head.cu"
+#include "residual.cu"
 
 #include <stdio.h>
 #include <string.h>
@@ -267,6 +268,40 @@ static void check_head_nonfinite(void) {
         }
 }
 
+/* The residual fallback's add-and-ReLU against the CPU reference's
+ * order (conv output with bias, plus the shortcut, then ReLU: cpu_conv2d),
+ * in fp32 exactly, and in fp16/bf16 as one rounding of the fp32 result;
+ * negative sums must come out +0, never -0 or the sum. */
+static void check_add_relu(void) {
+        const int n = 4096;
+        std::vector<float> d(n), res(n);
+        std::vector<__half> dh(n), rh(n);
+        std::vector<__nv_bfloat16> db(n), rb(n);
+
+        for (int i = 0; i < n; i++) {
+                d[i] = frand() * 4;
+                res[i] = frand() * 4;
+                dh[i] = __float2half_rn(d[i]);
+                rh[i] = __float2half_rn(res[i]);
+                db[i] = __float2bfloat16_rn(d[i]);
+                rb[i] = __float2bfloat16_rn(res[i]);
+        }
+        for (long long i = 0; i < n; i++) {
+                float want = d[i] + res[i] > 0.0f ? d[i] + res[i] : 0.0f;
+                float g = add_relu_elem<float>(d.data(), res.data(), i);
+                float wh = __half2float(dh[i]) + __half2float(rh[i]);
+                float wb = __bfloat162float(db[i]) + __bfloat162float(rb[i]);
+                float gh = __half2float(add_relu_elem<__half>(dh.data(), rh.data(), i));
+                float gb = __bfloat162float(add_relu_elem<__nv_bfloat16>(db.data(), rb.data(), i));
+
+                CHECK(g == want && !signbit(g), "add_relu element %lld: %g, want %g", i, g, want);
+                CHECK(gh == __half2float(__float2half_rn(wh > 0 ? wh : 0.0f)) && !signbit(gh),
+                      "fp16 add_relu element %lld: %g", i, gh);
+                CHECK(gb == __bfloat162float(__float2bfloat16_rn(wb > 0 ? wb : 0.0f)) && !signbit(gb),
+                      "bf16 add_relu element %lld: %g", i, gb);
+        }
+}
+
 int main() {
         int failed = 0;
 
@@ -296,6 +331,10 @@ int main() {
         fails = 0;
         check_head_nonfinite();
         report("head_nonfinite");
+        failed += fails > 0;
+        fails = 0;
+        check_add_relu();
+        report("add_relu");
         failed += fails > 0;
         return failed ? 1 : 0;
 }

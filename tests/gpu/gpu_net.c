@@ -213,6 +213,7 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
         const float *ref, *out;
         const engine_topk_t *tk;
         uint8_t *recs = NULL;
+        json_t *rels = json_array();    /* per image, for the report */
         errbuf_t err = { "" };
         char id[128], why[256];
         int r;
@@ -238,6 +239,7 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
         r = run_slot(e, 0, recs, 0, n, &err);
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "CUDA engine: %s", err.msg);
+                gpu_lost(c, e, id);
                 goto done;
         }
         out = engine_slot_logits(e, 0);
@@ -248,12 +250,13 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
                 double rel = gpu_rel_l2(o, w, MODEL_CLASSES, &bad), margin, dummy;
                 int t_ref = top1(w, MODEL_CLASSES, &margin);
 
+                json_array_append_new(rels, json_real(isfinite(rel) ? rel : -1.0));
                 if (bad) {
                         gpu_result(c, GPU_FAIL, id, NULL, "image %d: %zu of 1000 logits are NaN/Inf", i, bad);
                         goto done;
                 }
                 if (!(rel <= tol)) {
-                        gpu_result(c, GPU_FAIL, id, json_pack("{s:i, s:f}", "n", n, "rel", rel),
+                        gpu_result(c, GPU_FAIL, id, json_pack("{s:i, s:f, s:O}", "n", n, "rel", rel, "rels", rels),
                                    "image %d (%s): rel=%.2e > %.0e", i, record_format_mime(net_format(i)), rel, tol);
                         goto done;
                 }
@@ -271,8 +274,9 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
                 sum += rel;
         }
         {
-                json_t *fig = json_pack("{s:i, s:f, s:f, s:i, s:i, s:f}", "n", n, "rel", worst, "rel_mean", sum / n,
-                                        "top1_clear", clear, "top1_agree", agree, "score_rel", worst_score);
+                json_t *fig = json_pack("{s:i, s:f, s:f, s:i, s:i, s:f, s:O}", "n", n, "rel", worst, "rel_mean",
+                                        sum / n, "top1_clear", clear, "top1_agree", agree, "score_rel", worst_score,
+                                        "rels", rels);
 
                 if (agree != clear)
                         gpu_result(c, GPU_FAIL, id, fig, "top-1 differs on %d of %d images with a clear margin",
@@ -282,6 +286,7 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
                                    clear, worst_score);
         }
 done:
+        json_decref(rels);
         free(recs);
 }
 
@@ -289,7 +294,7 @@ void gpu_net_run(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p) {
         const int *list = c->quick ? net_batches_quick : net_batches;
         int count = c->quick ? 2 : 4;
 
-        for (int i = 0; i < count; i++)
+        for (int i = 0; i < count && !c->lost[0]; i++)
                 net_batch(c, e, cpu, p, list[i]);
 }
 
@@ -305,6 +310,7 @@ void gpu_mem_plan_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
         r = c->mem_info(e, &used, &total, &err);
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "engine_cuda_mem_info: %s", err.msg);
+                gpu_lost(c, e, id);
                 return;
         }
         ratio = planned ? (double)used / (double)planned : INFINITY;
@@ -384,6 +390,7 @@ void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
                 r = c->mem_info(e, &before, &total, &err);
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "warm-up: %s", err.msg);
+                gpu_lost(c, e, id);
                 return;
         }
 
@@ -416,11 +423,13 @@ void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
         secs = now_s() - t0;
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "%s", err.msg);
+                gpu_lost(c, e, id);
                 return;
         }
         r = c->mem_info(e, &after, &total, &err);
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "engine_cuda_mem_info: %s", err.msg);
+                gpu_lost(c, e, id);
                 return;
         }
         {

@@ -3,7 +3,7 @@
  *   gpu-tests [--weights FILE] [--quick] [--json OUT] [--precision LIST]
  *             [--seed N] [--mem-batches N] [--tol P=X]... [--net-tol P=X]...
  *   gpu-tests --probe        exit 0 when a CUDA device is usable, 77 otherwise
- *   gpu-tests --selftest[=broken] --weights FILE ...
+ *   gpu-tests --selftest[=broken|=lost] --weights FILE ...
  *                            the same checks with a CPU engine and CPU stand-ins
  *                            for the CUDA debug interface (gpu_selftest.c), ids
  *                            "gpu-selftest/...": tests the harness, not CUDA
@@ -14,6 +14,10 @@
  * precision (fp32, fp16, bf16), it opens the CUDA engine on the weights and
  * runs the layer, whole-network and memory checks of gpu_layers.c and
  * gpu_net.c, one line each. The exit status is 1 when any check failed.
+ * A sticky CUDA error (the engine reports its context lost) stops the run:
+ * "# device context lost after <id>: <why>" is printed, and every check not
+ * yet run is reported "SKIP <id>: device context lost after <id>: ...",
+ * so one fault fails one check under its own name, not all that follow.
  * Tolerances are the design's (fp32 1e-4, fp16/bf16 2e-2); --tol P=X
  * overrides one for every check, --net-tol P=X for the whole-network checks
  * only, and the JSON records the tolerances used.
@@ -160,6 +164,19 @@ void gpu_fill_record(uint64_t *s, record_format_t f, void *rec) {
         }
 }
 
+int gpu_lost(gpu_ctx_t *c, engine_t *e, const char *after_id) {
+        engine_cuda_debug_info_t info;
+
+        if (c->lost[0])
+                return 1;
+        if (!e || !c->debug_info || c->debug_info(e, &info) < 0 || !info.lost)
+                return 0;
+        snprintf(c->lost, sizeof(c->lost), "device context lost after %s: %s", after_id, info.why);
+        printf("# %s\n", c->lost);
+        fflush(stdout);
+        return 1;
+}
+
 /* --- the skip path -------------------------------------------------------- */
 
 struct skip_ctx {
@@ -173,6 +190,56 @@ static void skip_one(void *u, const char *id) {
         gpu_result(k->c, GPU_SKIP, id, NULL, "%s", k->why);
 }
 
+/* Whether id (as given to gpu_result) has a result already. */
+static int gpu_reported(gpu_ctx_t *c, const char *id) {
+        char full[160];
+        size_t i;
+        json_t *r;
+
+        if (c->prefix && strcmp(c->prefix, "gpu") != 0 && strncmp(id, "gpu/", 4) == 0) {
+                snprintf(full, sizeof(full), "%s/%s", c->prefix, id + 4);
+                id = full;
+        }
+        json_array_foreach(c->results, i, r) {
+                const char *got = json_string_value(json_object_get(r, "id"));
+
+                if (got && strcmp(got, id) == 0)
+                        return 1;
+        }
+        return 0;
+}
+
+static void skip_unreported(void *u, const char *id) {
+        struct skip_ctx *k = u;
+
+        if (!gpu_reported(k->c, id))
+                gpu_result(k->c, GPU_SKIP, id, NULL, "%s", k->why);
+}
+
+static void open_id(precision_t p, void (*fn)(void *u, const char *id), void *u) {
+        char id[96];
+
+        snprintf(id, sizeof(id), "gpu/%s/open", precision_name(p));
+        fn(u, id);
+}
+
+/* After a lost context: every check of every precision that has no result
+ * yet is skipped with the reason, so the report lists them all. */
+static void gpu_skip_rest(gpu_ctx_t *c, const precision_t *precs, int n_precs) {
+        struct skip_ctx k = { c, c->lost };
+        model_t *m = NULL;
+
+        if (model_describe(&m) < 0)
+                return;
+        for (int i = 0; i < n_precs; i++) {
+                open_id(precs[i], skip_unreported, &k);
+                gpu_layer_ids(m, precs[i], c->quick, skip_unreported, &k);
+                gpu_extra_ids(m, precs[i], c->quick, skip_unreported, &k);
+                gpu_net_ids(precs[i], c->quick, skip_unreported, &k);
+        }
+        model_free(m);
+}
+
 static void gpu_skip_all(gpu_ctx_t *c, const precision_t *precs, int n_precs, const char *why) {
         struct skip_ctx k = { c, why };
         model_t *m = NULL;
@@ -183,6 +250,7 @@ static void gpu_skip_all(gpu_ctx_t *c, const precision_t *precs, int n_precs, co
         }
         for (int i = 0; i < n_precs; i++) {
                 gpu_layer_ids(m, precs[i], c->quick, skip_one, &k);
+                gpu_extra_ids(m, precs[i], c->quick, skip_one, &k);
                 gpu_net_ids(precs[i], c->quick, skip_one, &k);
         }
         model_free(m);
@@ -202,10 +270,13 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         engine_options_t o;
         engine_t *e = NULL;
         model_t *m = NULL;
+        engine_cuda_debug_info_t info;
         errbuf_t err = { "" };
         char warning[256] = "", id[96];
         int r;
 
+        if (c->lost[0])
+                return;
         /* The CUDA engine drops its model's host weights after the upload, so
          * it gets a model of its own; ref keeps the fp32 reference weights. */
         r = model_load(&m, c->weights_path, &err);
@@ -228,6 +299,13 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         r = engine_open(&e, m, &o, warning, sizeof(warning), &err);
         if (r < 0) {
                 gpu_fail_open(c, p, err.msg);
+                /* A fault inside open (the warm-up, the graphs' first runs)
+                 * leaves no engine to ask, so its sentence says it. */
+                if (strstr(err.msg, "the CUDA context is lost")) {
+                        snprintf(c->lost, sizeof(c->lost), "device context lost after gpu/%s/open: %s",
+                                 precision_name(p), err.msg);
+                        printf("# %s\n", c->lost);
+                }
                 model_free(m);
                 return;
         }
@@ -237,16 +315,41 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
                 goto done;
         }
         snprintf(id, sizeof(id), "gpu/%s/open", precision_name(p));
-        gpu_result(c, GPU_PASS, id,
-                   json_pack("{s:i, s:I}", "max_batch", engine_max_batch(e),
-                             "total_bytes", (json_int_t)engine_plan_of(e)->total_bytes),
-                   "max_batch=%d total_bytes=%llu", engine_max_batch(e),
-                   (unsigned long long)engine_plan_of(e)->total_bytes);
+        /* What open chose, for the report: the conv biases' type (fp32 where
+         * cuBLASLt took it), the graphs' residual mode, the GEMM plans the
+         * warm-up made outside capture and how many fell back from the
+         * heuristic's first algorithm. */
+        if (c->debug_info && c->debug_info(e, &info) == 0)
+                gpu_result(c, GPU_PASS, id,
+                           json_pack("{s:i, s:I, s:i, s:i, s:s, s:i, s:i, s:i}", "max_batch", engine_max_batch(e),
+                                     "total_bytes", (json_int_t)engine_plan_of(e)->total_bytes, "convs", info.convs,
+                                     "convs_bias_fp32", info.convs_bias_fp32, "residual_graphs",
+                                     info.residual_kernel_graphs ? "kernel" : "fused", "gemm_plans", info.gemm_plans,
+                                     "gemm_heuristic_calls", info.gemm_heuristic_calls, "gemm_algo_fallbacks",
+                                     info.gemm_algo_fallbacks),
+                           "max_batch=%d total_bytes=%llu bias_fp32=%d/%d residual=%s gemm_plans=%d "
+                           "algo_fallbacks=%d",
+                           engine_max_batch(e), (unsigned long long)engine_plan_of(e)->total_bytes,
+                           info.convs_bias_fp32, info.convs, info.residual_kernel_graphs ? "kernel" : "fused",
+                           info.gemm_plans, info.gemm_algo_fallbacks);
+        else
+                gpu_result(c, GPU_PASS, id,
+                           json_pack("{s:i, s:I}", "max_batch", engine_max_batch(e), "total_bytes",
+                                     (json_int_t)engine_plan_of(e)->total_bytes),
+                           "max_batch=%d total_bytes=%llu", engine_max_batch(e),
+                           (unsigned long long)engine_plan_of(e)->total_bytes);
 
-        /* Memory first: right after open is what the plan describes. */
+        /* Memory first: right after open is what the plan describes. Each
+         * group stops at a lost context (gpu_lost), and so does this. */
         gpu_mem_plan_run(c, e, p);
+        if (c->lost[0])
+                goto done;
         gpu_layers_run(c, e, ref, p);
+        if (c->lost[0])
+                goto done;
         gpu_net_run(c, e, cpu, p);
+        if (c->lost[0])
+                goto done;
         gpu_mem_steady_run(c, e, p);
 done:
         engine_free(e);
@@ -272,7 +375,7 @@ static void usage(FILE *f) {
         fprintf(f, "usage: gpu-tests [--weights FILE] [--quick] [--json OUT] [--precision fp32,fp16,bf16]\n"
                    "                 [--seed N] [--mem-batches N] [--tol P=X]... [--net-tol P=X]...\n"
                    "       gpu-tests --probe\n"
-                   "       gpu-tests --selftest[=broken] --weights FILE [...]   (the harness on a CPU stand-in)\n");
+                   "       gpu-tests --selftest[=broken|=lost] --weights FILE [...]   (the harness on a CPU stand-in)\n");
 }
 
 int main(int argc, char **argv) {
@@ -334,11 +437,11 @@ int main(int argc, char **argv) {
                         }
                         break;
                 case 'S':
-                        if (optarg && strcmp(optarg, "broken") != 0) {
-                                fprintf(stderr, "gpu-tests: --selftest takes no value or =broken\n");
+                        if (optarg && strcmp(optarg, "broken") != 0 && strcmp(optarg, "lost") != 0) {
+                                fprintf(stderr, "gpu-tests: --selftest takes no value, =broken or =lost\n");
                                 return 2;
                         }
-                        c.selftest = optarg ? 2 : 1;
+                        c.selftest = !optarg ? 1 : strcmp(optarg, "broken") == 0 ? 2 : 3;
                         break;
                 case 'h':
                         usage(stdout);
@@ -357,15 +460,19 @@ int main(int argc, char **argv) {
         c.results = json_array();
         c.debug_op = engine_cuda_debug_op;
         c.mem_info = engine_cuda_mem_info;
+        c.debug_info = engine_cuda_debug_info;
+        c.debug_set = engine_cuda_debug_set;
 
         if (c.selftest) {
                 if (!c.weights_path) {
                         fprintf(stderr, "gpu-tests: --selftest needs --weights FILE\n");
                         return 2;
                 }
-                gpu_selftest_setup(c.selftest == 2);
+                gpu_selftest_setup(c.selftest == 2 ? 1 : c.selftest == 3 ? 2 : 0);
                 c.debug_op = gpu_selftest_debug_op;
                 c.mem_info = gpu_selftest_mem_info;
+                c.debug_info = gpu_selftest_debug_info;
+                c.debug_set = gpu_selftest_debug_set;
                 c.prefix = "gpu-selftest";
                 goto run;
         }
@@ -389,11 +496,11 @@ int main(int argc, char **argv) {
                 gpu_skip_all(&c, precs, n_precs, why);
                 goto out;
         }
-        if (!engine_cuda_debug_op || !engine_cuda_mem_info) {
+        if (!engine_cuda_debug_op || !engine_cuda_mem_info || !engine_cuda_debug_info || !engine_cuda_debug_set) {
                 /* A CUDA build must bring the single-step interface: an
                  * unresolved weak reference is a link problem, not a skip. */
                 gpu_result(&c, GPU_FAIL, "gpu/link", NULL,
-                           "engine_cuda_debug_op/engine_cuda_mem_info are not linked into gpu-tests "
+                           "engine_cuda_debug_op/_info/_set or engine_cuda_mem_info are not linked into gpu-tests "
                            "(their object was not pulled from libinferd-core.a: link $(CUDA_OBJS) explicitly, "
                            "or add -Wl,-u,engine_cuda_debug_op -Wl,-u,engine_cuda_mem_info)");
                 goto out;
@@ -428,14 +535,19 @@ run:
                 }
         }
         printf("# gpu-tests: %s, weights %s, %s\n",
-               c.selftest ? (c.selftest == 2 ? "SELFTEST with a deliberately broken CPU stand-in" : "SELFTEST with a CPU stand-in")
+               c.selftest ? (c.selftest == 2   ? "SELFTEST with a deliberately broken CPU stand-in"
+                              : c.selftest == 3 ? "SELFTEST with a CPU stand-in that loses its context"
+                                                : "SELFTEST with a CPU stand-in")
                           : "CUDA device 0",
                c.weights_path, c.quick ? "quick" : "full");
         for (int i = 0; i < n_precs; i++)
                 gpu_run_precision(&c, ref, cpu, precs[i]);
+        if (c.lost[0])
+                gpu_skip_rest(&c, precs, n_precs);
 
 out:
-        printf("# gpu-tests: %d passed, %d failed, %d skipped\n", c.passed, c.failed, c.skipped);
+        printf("# gpu-tests: %d passed, %d failed, %d skipped%s%s\n", c.passed, c.failed, c.skipped,
+               c.lost[0] ? "; " : "", c.lost);
         if (json_path) {
                 json_t *doc = json_pack("{s:O, s:i, s:i, s:i, s:I, s:s?, s:b, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f}}",
                                         "results", c.results, "passed", c.passed, "failed", c.failed, "skipped",
@@ -446,6 +558,8 @@ out:
                                         gpu_net_tolerance(PRECISION_FP32), "fp16", gpu_net_tolerance(PRECISION_FP16),
                                         "bf16", gpu_net_tolerance(PRECISION_BF16));
 
+                if (doc)
+                        json_object_set_new(doc, "context_lost", c.lost[0] ? json_string(c.lost) : json_null());
                 if (!doc || json_dump_file(doc, json_path, JSON_INDENT(1)) < 0) {
                         fprintf(stderr, "gpu-tests: could not write '%s'\n", json_path);
                         c.failed++;
