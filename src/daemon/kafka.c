@@ -69,6 +69,14 @@ static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *v
         return 0;
 }
 
+/* kafka_conf_set for the planner's limits, which are numbers. */
+static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t value, errbuf_t *err) {
+        char num[32];
+
+        snprintf(num, sizeof(num), "%" PRIu64, value);
+        return kafka_conf_set(conf, name, num, err);
+}
+
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
         (void)rk;
         log_full(level, "librdkafka %s: %s", fac, buf);
@@ -182,7 +190,6 @@ static int kafka_new_handle(kafka_t *k, rd_kafka_type_t type, rd_kafka_conf_t *c
 
 static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *lim, errbuf_t *err) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        char num[32];
         int r;
 
         if (!conf)
@@ -194,14 +201,9 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
             (r = kafka_conf_set(conf, "enable.partition.eof", "false", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0)
                 goto fail;
-        snprintf(num, sizeof(num), "%" PRIu64, lim->queued_max_kbytes);
-        if ((r = kafka_conf_set(conf, "queued.max.messages.kbytes", num, err)) < 0)
-                goto fail;
-        snprintf(num, sizeof(num), "%" PRIu64, lim->fetch_max_bytes);
-        if ((r = kafka_conf_set(conf, "fetch.max.bytes", num, err)) < 0)
-                goto fail;
-        snprintf(num, sizeof(num), "%" PRIu64, lim->partition_fetch_max_bytes);
-        if ((r = kafka_conf_set(conf, "max.partition.fetch.bytes", num, err)) < 0)
+        if ((r = kafka_conf_set_u64(conf, "queued.max.messages.kbytes", lim->queued_max_kbytes, err)) < 0 ||
+            (r = kafka_conf_set_u64(conf, "fetch.max.bytes", lim->fetch_max_bytes, err)) < 0 ||
+            (r = kafka_conf_set_u64(conf, "max.partition.fetch.bytes", lim->partition_fetch_max_bytes, err)) < 0)
                 goto fail;
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
@@ -218,7 +220,6 @@ fail:
 
 static int kafka_new_producer(kafka_t *k, const cfg_t *c, const kafka_limits_t *lim, errbuf_t *err) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        char num[32];
         int r;
 
         if (!conf)
@@ -227,8 +228,7 @@ static int kafka_new_producer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
             (r = kafka_conf_set(conf, "linger.ms", "5", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0)
                 goto fail;
-        snprintf(num, sizeof(num), "%" PRIu64, lim->producer_queue_kbytes);
-        if ((r = kafka_conf_set(conf, "queue.buffering.max.kbytes", num, err)) < 0)
+        if ((r = kafka_conf_set_u64(conf, "queue.buffering.max.kbytes", lim->producer_queue_kbytes, err)) < 0)
                 goto fail;
         r = cfg_kafka_apply(c, 1, conf, err);
         if (r < 0)
