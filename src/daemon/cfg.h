@@ -62,6 +62,7 @@ typedef struct cfg {
                 char input_topic[CFG_STRING_MAX];
                 char output_topic[CFG_STRING_MAX];
                 char dlq_topic[CFG_STRING_MAX];
+                bool static_membership; /* group.instance.id = <group_id>-<instance> */
         } kafka;
         cfg_kv_list_t kafka_consumer;   /* [kafka.consumer], verbatim */
         cfg_kv_list_t kafka_producer;   /* [kafka.producer], verbatim */

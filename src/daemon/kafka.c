@@ -191,6 +191,18 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         snprintf(num, sizeof(num), "%" PRIu64, lim->partition_fetch_max_bytes);
         if ((r = kafka_conf_set(conf, "max.partition.fetch.bytes", num, err)) < 0)
                 goto fail;
+        if (c->kafka.static_membership) {
+                /* Static membership (KIP-345): an id per group and instance,
+                 * so that a restart within session.timeout.ms gets its
+                 * partitions back without a rebalance, while blue and green
+                 * (different instances) never share one. */
+                char id[2 * CFG_STRING_MAX + 2];
+
+                snprintf(id, sizeof(id), "%s-%s", c->kafka.group_id, c->service.instance);
+                if ((r = kafka_conf_set(conf, "group.instance.id", id, err)) < 0)
+                        goto fail;
+                log_info("Static membership: group.instance.id %s", id);
+        }
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
                 goto fail;
