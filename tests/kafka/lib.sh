@@ -85,11 +85,13 @@ kt_config() {
 }
 
 # kt_start NAME: runs inferd on $KT_DIR/NAME.ini; its stderr goes to
-# NAME.log and its exit status to NAME.rc when it ends. Sets KT_PID_<NAME>.
+# NAME.log and its exit status to NAME.rc when it ends. KT_WRAP, when set, is
+# a command that execs its arguments (e.g. "ip netns exec NS"), so that the
+# pid recorded is still the daemon's.
 kt_start() {
         local name=$1
         rm -f "$KT_DIR/$name.rc"
-        ( "$BUILD/inferd" -c "$KT_DIR/$name.ini" 2>>"$KT_DIR/$name.log" & p=$!
+        ( ${KT_WRAP:-} "$BUILD/inferd" -c "$KT_DIR/$name.ini" 2>>"$KT_DIR/$name.log" & p=$!
           echo $p >"$KT_DIR/$name.pid"; wait $p; echo $? >"$KT_DIR/$name.rc" ) &
         for _ in $(seq 50); do
                 [ -s "$KT_DIR/$name.pid" ] && break
