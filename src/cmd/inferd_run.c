@@ -20,6 +20,10 @@
 #include "core/record.h"
 #include "core/units.h"
 
+#ifndef INFERD_VERSION
+#error "INFERD_VERSION is set by the Makefile from the VERSION file"
+#endif
+
 /* openblas_get_num_threads is OpenBLAS's own; declared here to avoid
  * depending on which cblas.h variant is installed. */
 int openblas_get_num_threads(void);
@@ -56,7 +60,8 @@ static void run_usage(FILE *out) {
               "printed per input, in argument order. --logits writes N x 1000 float32 pre-softmax\n"
               "logits (little-endian) in the same order.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
-              "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots).\n",
+              "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
+              "--version.\n",
               out);
 }
 
@@ -74,10 +79,10 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
         return 0;
 }
 
-/* Returns 0, 1 for --help, or -EINVAL after printing the reason. */
+/* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH };
+               OPT_DEPTH, OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -94,6 +99,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "bench", required_argument, NULL, OPT_BENCH },
                 { "device", required_argument, NULL, OPT_DEVICE },
                 { "depth", required_argument, NULL, OPT_DEPTH },
+                { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -179,6 +185,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         break;
                 case 'h':
                         return 1;
+                case OPT_VERSION:
+                        return 2;
                 case ':':
                         fprintf(stderr, "inferd-run: option '%s' needs a value\n", argv[optind - 1]);
                         return -EINVAL;
@@ -496,6 +504,10 @@ int main(int argc, char **argv) {
         int r;
 
         r = run_parse_args(argc, argv, &a);
+        if (r == 2) {
+                printf("inferd-run %s\n", INFERD_VERSION);
+                return 0;
+        }
         if (r != 0) {
                 run_usage(r > 0 ? stdout : stderr);
                 return r > 0 ? 0 : 2;
