@@ -31,6 +31,7 @@ typedef enum cfg_type {
         CFG_T_BACKEND,
         CFG_T_PRECISION,
         CFG_T_BOOL,             /* yes or no */
+        CFG_T_DELIVERY,         /* at-least-once or exactly-once */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -73,6 +74,13 @@ static const cfg_key_t cfg_keys[] = {
         { "kafka", "static_membership", CFG_T_BOOL, "no", 0, 0, false, false, F(kafka.static_membership),
           "yes sets group.instance.id to <group_id>-<instance>: a restart within session.timeout.ms "
           "keeps the partitions without a rebalance." },
+        { "kafka", "delivery", CFG_T_DELIVERY, "at-least-once", 0, 0, false, false, F(kafka.delivery),
+          "exactly-once puts each batch's predictions, DLQ copies and consumed offsets in one Kafka "
+          "transaction (transactional.id <group_id>-<instance>-<input_topic>), so a read_committed "
+          "consumer sees each input once." },
+        { "kafka", "transaction_max_ms", CFG_T_INT, "100", 0, 60000, false, false, F(kafka.transaction_max_ms),
+          "exactly-once: a transaction gathers the batches completed within this long, then commits "
+          "(0: one transaction per batch)." },
 
         { "model", "weights", CFG_T_PATH, NULL, 0, 0, false, false, F(model.weights),
           "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16)." },
@@ -121,6 +129,8 @@ static const struct {
         { CFG_SECTION_PRODUCER, "bootstrap.servers", "set [kafka] brokers instead" },
         { CFG_SECTION_PRODUCER, "metadata.broker.list", "set [kafka] brokers instead" },
         { CFG_SECTION_PRODUCER, "enable.idempotence", "inferd's producer is always idempotent" },
+        { CFG_SECTION_PRODUCER, "transactional.id", "set [kafka] delivery = exactly-once instead" },
+        { CFG_SECTION_CONSUMER, "group.instance.id", "set [kafka] static_membership = yes instead" },
 };
 
 static const struct {
@@ -159,6 +169,7 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_BACKEND: return "backend";
         case CFG_T_PRECISION: return "precision";
         case CFG_T_BOOL: return "yes or no";
+        case CFG_T_DELIVERY: return "delivery";
         }
         return "?";
 }
@@ -311,6 +322,15 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 else
                         return errbuf_set(err, -EINVAL, "'%s' is not yes or no", v);
                 return 0;
+
+        case CFG_T_DELIVERY:
+                if (strcmp(v, "at-least-once") == 0)
+                        *(cfg_delivery_t *)field = CFG_DELIVERY_AT_LEAST_ONCE;
+                else if (strcmp(v, "exactly-once") == 0)
+                        *(cfg_delivery_t *)field = CFG_DELIVERY_EXACTLY_ONCE;
+                else
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of at-least-once, exactly-once", v);
+                return 0;
         }
         assert(!"unknown cfg type");
         return -EINVAL;
@@ -339,6 +359,8 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
                 return precision_name(*(const precision_t *)field);
         case CFG_T_BOOL:
                 return *(const bool *)field ? "yes" : "no";
+        case CFG_T_DELIVERY:
+                return *(const cfg_delivery_t *)field == CFG_DELIVERY_EXACTLY_ONCE ? "exactly-once" : "at-least-once";
         }
         return "?";
 }
@@ -648,6 +670,8 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return "auto, fp32, fp16, bf16";
         case CFG_T_BOOL:
                 return "yes, no";
+        case CFG_T_DELIVERY:
+                return "at-least-once, exactly-once";
         case CFG_T_TOPIC:
                 return "a-z A-Z 0-9 . _ -";
         case CFG_T_STRING:
