@@ -129,8 +129,11 @@ kt_wait_log() {
 }
 
 # kt_read TOPIC FORMAT: every record of the topic, one line each (kcat).
+# KT_ISOLATION: read_committed (librdkafka's default: aborted transactions
+# are skipped) or read_uncommitted.
 kt_read() {
-        timeout 30 kcat -C -b "$KT_BROKERS" -t "$1" -o beginning -e -q -f "$2" 2>/dev/null
+        timeout 30 kcat -C -b "$KT_BROKERS" -t "$1" -o beginning -e -q -f "$2" \
+                -X isolation.level="${KT_ISOLATION:-read_committed}" 2>/dev/null
 }
 
 kt_count() {
