@@ -30,6 +30,8 @@ typedef enum cfg_type {
         CFG_T_LOG_LEVEL,
         CFG_T_BACKEND,
         CFG_T_PRECISION,
+        CFG_T_BOOL,             /* yes or no */
+        CFG_T_DELIVERY,         /* at-least-once or exactly-once */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -69,6 +71,16 @@ static const cfg_key_t cfg_keys[] = {
           "Topic the predictions are written to (one per input record, same key)." },
         { "kafka", "dlq_topic", CFG_T_TOPIC, "images.dlq", 0, 0, false, false, F(kafka.dlq_topic),
           "Dead-letter topic for records that cannot be classified, with inferd-error headers." },
+        { "kafka", "static_membership", CFG_T_BOOL, "no", 0, 0, false, false, F(kafka.static_membership),
+          "yes sets group.instance.id to <group_id>-<instance>: a restart within session.timeout.ms "
+          "keeps the partitions without a rebalance." },
+        { "kafka", "delivery", CFG_T_DELIVERY, "at-least-once", 0, 0, false, false, F(kafka.delivery),
+          "exactly-once puts each batch's predictions, DLQ copies and consumed offsets in one Kafka "
+          "transaction (transactional.id <group_id>-<instance>-<input_topic>), so a read_committed "
+          "consumer sees each input once." },
+        { "kafka", "transaction_max_ms", CFG_T_INT, "100", 0, 60000, false, false, F(kafka.transaction_max_ms),
+          "exactly-once: a transaction gathers the batches completed within this long, then commits "
+          "(0: one transaction per batch)." },
 
         { "model", "weights", CFG_T_PATH, NULL, 0, 0, false, false, F(model.weights),
           "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16)." },
@@ -117,6 +129,8 @@ static const struct {
         { CFG_SECTION_PRODUCER, "bootstrap.servers", "set [kafka] brokers instead" },
         { CFG_SECTION_PRODUCER, "metadata.broker.list", "set [kafka] brokers instead" },
         { CFG_SECTION_PRODUCER, "enable.idempotence", "inferd's producer is always idempotent" },
+        { CFG_SECTION_PRODUCER, "transactional.id", "set [kafka] delivery = exactly-once instead" },
+        { CFG_SECTION_CONSUMER, "group.instance.id", "set [kafka] static_membership = yes instead" },
 };
 
 static const struct {
@@ -154,6 +168,8 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_LOG_LEVEL: return "log level";
         case CFG_T_BACKEND: return "backend";
         case CFG_T_PRECISION: return "precision";
+        case CFG_T_BOOL: return "yes or no";
+        case CFG_T_DELIVERY: return "delivery";
         }
         return "?";
 }
@@ -297,6 +313,24 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 if (precision_from_string(v, field) < 0)
                         return errbuf_set(err, -EINVAL, "'%s' is not one of auto, fp32, fp16, bf16", v);
                 return 0;
+
+        case CFG_T_BOOL:
+                if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+                        *(bool *)field = true;
+                else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+                        *(bool *)field = false;
+                else
+                        return errbuf_set(err, -EINVAL, "'%s' is not yes or no", v);
+                return 0;
+
+        case CFG_T_DELIVERY:
+                if (strcmp(v, "at-least-once") == 0)
+                        *(cfg_delivery_t *)field = CFG_DELIVERY_AT_LEAST_ONCE;
+                else if (strcmp(v, "exactly-once") == 0)
+                        *(cfg_delivery_t *)field = CFG_DELIVERY_EXACTLY_ONCE;
+                else
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of at-least-once, exactly-once", v);
+                return 0;
         }
         assert(!"unknown cfg type");
         return -EINVAL;
@@ -323,6 +357,10 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
                 return backend_name(*(const backend_t *)field);
         case CFG_T_PRECISION:
                 return precision_name(*(const precision_t *)field);
+        case CFG_T_BOOL:
+                return *(const bool *)field ? "yes" : "no";
+        case CFG_T_DELIVERY:
+                return *(const cfg_delivery_t *)field == CFG_DELIVERY_EXACTLY_ONCE ? "exactly-once" : "at-least-once";
         }
         return "?";
 }
@@ -630,6 +668,10 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return "auto, cpu, cuda";
         case CFG_T_PRECISION:
                 return "auto, fp32, fp16, bf16";
+        case CFG_T_BOOL:
+                return "yes, no";
+        case CFG_T_DELIVERY:
+                return "at-least-once, exactly-once";
         case CFG_T_TOPIC:
                 return "a-z A-Z 0-9 . _ -";
         case CFG_T_STRING:

@@ -37,6 +37,12 @@
 
 /* One [kafka.consumer] / [kafka.producer] entry, as written (iniparser lowers
  * the case of key names; librdkafka's are lower case anyway). */
+/* [kafka] delivery */
+typedef enum cfg_delivery {
+        CFG_DELIVERY_AT_LEAST_ONCE,
+        CFG_DELIVERY_EXACTLY_ONCE,      /* outputs and offsets in one transaction (KIP-447) */
+} cfg_delivery_t;
+
 typedef struct cfg_kv {
         char *name;                     /* owned */
         char *value;                    /* owned */
@@ -62,6 +68,9 @@ typedef struct cfg {
                 char input_topic[CFG_STRING_MAX];
                 char output_topic[CFG_STRING_MAX];
                 char dlq_topic[CFG_STRING_MAX];
+                bool static_membership; /* group.instance.id = <group_id>-<instance> */
+                cfg_delivery_t delivery;
+                int transaction_max_ms; /* exactly-once: how long one transaction may gather batches */
         } kafka;
         cfg_kv_list_t kafka_consumer;   /* [kafka.consumer], verbatim */
         cfg_kv_list_t kafka_producer;   /* [kafka.producer], verbatim */

@@ -61,6 +61,14 @@ struct daemon {
         bool started, draining, in_revoke;
         bool bench_pipeline;            /* the no-compute pipeline benchmark (pipebench.h) */
         bool stored_uncommitted;        /* an offset was stored since the last commit */
+
+        /* Exactly-once: the positions after the records whose outputs are
+         * in the open transaction (what its commit sends), and the commit
+         * point in progress (the intake closed until what is in the slots is
+         * produced and acknowledged). */
+        rd_kafka_topic_partition_list_t *txn_offsets;
+        uint64_t txn_opened_us;         /* when the open transaction was first seen; 0 = none */
+        bool txn_closing;
         int exit_status;
         uint64_t drain_started_us;
 
@@ -122,6 +130,130 @@ static void daemon_pipeline_pump_later(void *userdata) {
         sd_event_source_set_enabled(d->defer, SD_EVENT_ONESHOT);
 }
 
+/* --- exactly-once: the commit point ---------------------------------------- */
+
+#define DAEMON_TXN_TIMEOUT_MS 30000
+
+static bool daemon_eos(const daemon_t *d) {
+        return d->kafka && kafka_transactional(d->kafka);
+}
+
+/* Records a partition's next offset for the open transaction's commit. */
+static int daemon_txn_note(daemon_t *d, const char *topic, int32_t partition, int64_t next) {
+        rd_kafka_topic_partition_t *e;
+
+        if (!d->txn_offsets && !(d->txn_offsets = rd_kafka_topic_partition_list_new(8)))
+                return -ENOMEM;
+        e = rd_kafka_topic_partition_list_find(d->txn_offsets, topic, partition);
+        if (!e)
+                e = rd_kafka_topic_partition_list_add(d->txn_offsets, topic, partition);
+        e->offset = next;
+        return 0;
+}
+
+static void daemon_txn_forget(daemon_t *d) {
+        if (d->txn_offsets)
+                rd_kafka_topic_partition_list_destroy(d->txn_offsets);
+        d->txn_offsets = NULL;
+        d->txn_opened_us = 0;
+}
+
+/* After an abortable failure: abort, then read every assigned partition
+ * again from the group's committed offsets (what the aborted transaction
+ * would have moved on is redone). rewind is false while partitions are being
+ * revoked: the next owner reads them from the committed offsets anyway. */
+static int daemon_txn_abort(daemon_t *d, bool rewind) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        errbuf_t err = {};
+        int r;
+
+        daemon_txn_forget(d);
+        r = kafka_txn_abort(d->kafka, DAEMON_TXN_TIMEOUT_MS, &err);
+        if (r < 0) {
+                log_error("%s; stopping", err.msg);
+                daemon_fail(d, 1);
+                return r;
+        }
+        if (!rewind) {
+                log_warning("Aborted the transaction");
+                return 0;
+        }
+        pipeline_held_drop(d->pipeline, NULL);
+        r = kafka_rewind(d->kafka, &parts, &err);
+        if (r < 0) {
+                log_error("%s; stopping", err.msg);
+                daemon_fail(d, 1);
+                return r;
+        }
+        /* Fresh tracking: the same offsets come again. */
+        for (int i = 0; i < parts->cnt; i++)
+                batch_offsets_assign(d->offsets, parts->elems[i].topic, parts->elems[i].partition);
+        log_warning("Aborted the transaction and rewound %d partition(s) to the committed offsets", parts->cnt);
+        rd_kafka_topic_partition_list_destroy(parts);
+        return 0;
+}
+
+/* Commits the open transaction with the offsets it covers. Every output in
+ * it must be acknowledged and every record taken before it finished (the
+ * caller's commit point). Retriable failures were retried in kafka_txn_commit;
+ * an abortable one aborts (and rewinds unless revoking); a fatal one (fenced:
+ * another incarnation took over) stops the daemon with status 1. */
+static int daemon_txn_commit(daemon_t *d, bool rewind) {
+        int n = d->txn_offsets ? d->txn_offsets->cnt : 0;
+        errbuf_t err = {};
+        int r;
+
+        r = kafka_txn_commit(d->kafka, d->txn_offsets, DAEMON_TXN_TIMEOUT_MS, &err);
+        if (r == 0) {
+                if (n > 0 || d->txn_opened_us)
+                        log_debug("Committed transaction: %d partition offset(s)", n);
+                daemon_txn_forget(d);
+                return 0;
+        }
+        if (r == -ECANCELED) {
+                log_warning("%s", err.msg);
+                return daemon_txn_abort(d, rewind);
+        }
+        log_error("%s; stopping", err.msg);
+        daemon_fail(d, 1);
+        return r;
+}
+
+/* Starts a commit point when the open transaction is old enough: nothing
+ * new is taken until the slots are done and acknowledged. */
+static void daemon_txn_maybe_close(daemon_t *d) {
+        uint64_t t = daemon_now_us();
+
+        if (!daemon_eos(d) || d->txn_closing || d->draining || !d->pipeline)
+                return;
+        if (!kafka_txn_is_open(d->kafka)) {
+                d->txn_opened_us = 0;
+                return;
+        }
+        if (!d->txn_opened_us)
+                d->txn_opened_us = t;
+        if (t - d->txn_opened_us < (uint64_t)d->cfg->kafka.transaction_max_ms * 1000ULL)
+                return;
+        d->txn_closing = true;
+        pipeline_set_intake(d->pipeline, false);
+}
+
+/* At the commit point (every output acknowledged, nothing in the slots),
+ * commits and opens the intake again. */
+static void daemon_txn_check(daemon_t *d) {
+        if (!d->txn_closing || d->exit_status)
+                return;
+        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
+            kafka_producer_outstanding(d->kafka) > 0)
+                return;
+        daemon_txn_commit(d, true);
+        d->txn_closing = false;
+        if (d->exit_status)
+                return;
+        pipeline_set_intake(d->pipeline, true);
+        daemon_pump(d);
+}
+
 /* --- drain ------------------------------------------------------------------ */
 
 static void daemon_log_left(daemon_t *d, const char *why) {
@@ -142,9 +274,17 @@ static void daemon_check_drained(daemon_t *d) {
         if (st.records_in_slots > 0 || batch_offsets_pending(d->offsets) > 0 ||
             kafka_producer_outstanding(d->kafka) > 0)
                 return;
-        r = kafka_commit_sync(d->kafka, &err);
-        if (r < 0)
-                log_warning("%s", err.msg);
+        if (daemon_eos(d)) {
+                /* An abortable failure here leaves the offsets where they
+                 * were: the next owner redoes those records, and the
+                 * aborted outputs are never visible. */
+                if (daemon_txn_commit(d, false) < 0 && d->exit_status)
+                        return;
+        } else {
+                r = kafka_commit_sync(d->kafka, &err);
+                if (r < 0)
+                        log_warning("%s", err.msg);
+        }
         r = kafka_close(d->kafka, &err);
         if (r < 0)
                 log_warning("%s", err.msg);
@@ -245,7 +385,19 @@ static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_li
                 kafka_flush(d->kafka, 100, &left);
         if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
-        if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
+        if (daemon_eos(d)) {
+                /* The open transaction ends here, with the offsets of the
+                 * records finished above; for lost partitions the group has
+                 * moved on and would refuse them, so it is aborted. */
+                if (lost)
+                        daemon_txn_abort(d, false);
+                else
+                        daemon_txn_commit(d, false);
+                if (d->txn_closing && !d->exit_status) {
+                        d->txn_closing = false;
+                        pipeline_set_intake(d->pipeline, true);
+                }
+        } else if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
                 log_warning("%s", err.msg);
         d->in_revoke = false;
 }
@@ -282,7 +434,12 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         d->delivered++;
         if (t->part_id > 0) {
                 r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
-                if (r == 1) {
+                if (r == 1 && daemon_eos(d)) {
+                        if (daemon_txn_note(d, topic, partition, next) < 0) {
+                                log_error("Out of memory noting an offset for the transaction");
+                                daemon_fail(d, 1);
+                        }
+                } else if (r == 1) {
                         if (kafka_store_offset(d->kafka, topic, partition, next, &err) < 0)
                                 log_warning("%s", err.msg);
                         else
@@ -319,6 +476,7 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)revents;
         kafka_fd_clear(fd);
         kafka_poll_producer(d->kafka);
+        daemon_txn_check(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -330,7 +488,9 @@ static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, voi
         (void)fd;
         (void)revents;
         pipeline_reap(d->pipeline);
+        daemon_txn_maybe_close(d);
         daemon_pump(d);
+        daemon_txn_check(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -384,6 +544,8 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         if (pipeline_produce_pending(d->pipeline) == 0)
                 daemon_pump(d);
+        daemon_txn_maybe_close(d);
+        daemon_txn_check(d);
         daemon_check_drained(d);
         if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
                 daemon_status(d, t);
@@ -557,6 +719,8 @@ void daemon_free(daemon_t *d) {
         labels_free(d->labels);
         model_free(d->model);
         batch_offsets_free(d->offsets);
+        if (d->txn_offsets)
+                rd_kafka_topic_partition_list_destroy(d->txn_offsets);
         cfg_free(d->cfg);
         free(d->config_path);
         free(d);
@@ -669,6 +833,17 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;
+        if (kafka_transactional(d->kafka)) {
+                /* Fences an earlier incarnation of this instance and aborts
+                 * the transaction it left open. */
+                sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Initialising Kafka transactions",
+                           DAEMON_START_EXTEND_US);
+                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, err);
+                if (r < 0)
+                        return r;
+                log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",
+                         d->cfg->kafka.transaction_max_ms);
+        }
 
         /* The pipeline borrows what it is given here (the topic strings and
          * the meta's strings live in d->cfg, d->model and d->engine, which

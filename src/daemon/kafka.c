@@ -25,6 +25,8 @@ struct kafka {
         void *userdata;
         bool paused;
         bool closed;
+        bool transactional;             /* [kafka] delivery = exactly-once */
+        bool txn_open;                  /* a transaction was begun and not yet ended */
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -197,7 +199,9 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         if ((r = kafka_conf_set(conf, "bootstrap.servers", c->kafka.brokers, err)) < 0 ||
             (r = kafka_conf_set(conf, "group.id", c->kafka.group_id, err)) < 0 ||
             (r = kafka_conf_set(conf, "auto.offset.reset", "earliest", err)) < 0 ||
-            (r = kafka_conf_set(conf, "enable.auto.commit", "true", err)) < 0 ||
+            /* Exactly-once commits offsets only inside transactions. */
+            (r = kafka_conf_set(conf, "enable.auto.commit",
+                                c->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE ? "false" : "true", err)) < 0 ||
             (r = kafka_conf_set(conf, "enable.partition.eof", "false", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0)
                 goto fail;
@@ -205,6 +209,21 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
             (r = kafka_conf_set_u64(conf, "fetch.max.bytes", lim->fetch_max_bytes, err)) < 0 ||
             (r = kafka_conf_set_u64(conf, "max.partition.fetch.bytes", lim->partition_fetch_max_bytes, err)) < 0)
                 goto fail;
+        if (c->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE &&
+            (r = kafka_conf_set(conf, "isolation.level", "read_committed", err)) < 0)
+                goto fail;
+        if (c->kafka.static_membership) {
+                /* Static membership (KIP-345): an id per group and instance,
+                 * so that a restart within session.timeout.ms gets its
+                 * partitions back without a rebalance, while blue and green
+                 * (different instances) never share one. */
+                char id[2 * CFG_STRING_MAX + 2];
+
+                snprintf(id, sizeof(id), "%s-%s", c->kafka.group_id, c->service.instance);
+                if ((r = kafka_conf_set(conf, "group.instance.id", id, err)) < 0)
+                        goto fail;
+                log_info("Static membership: group.instance.id %s", id);
+        }
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
                 goto fail;
@@ -236,6 +255,19 @@ static int kafka_new_producer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         /* No duplicates from the producer's own retries. */
         if ((r = kafka_conf_set(conf, "enable.idempotence", "true", err)) < 0)
                 goto fail;
+        if (c->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE) {
+                /* One id per group, instance and input topic: a restart of
+                 * the same instance fences its previous incarnation, while
+                 * blue and green (and other groups) never fence each other;
+                 * a zombie of another instance is fenced by the group
+                 * generation instead (KIP-447). */
+                char id[3 * CFG_STRING_MAX + 3];
+
+                snprintf(id, sizeof(id), "%s-%s-%s", c->kafka.group_id, c->service.instance, c->kafka.input_topic);
+                if ((r = kafka_conf_set(conf, "transactional.id", id, err)) < 0)
+                        goto fail;
+                k->transactional = true;
+        }
         rd_kafka_conf_set_dr_msg_cb(conf, kafka_dr_cb);
         return kafka_new_handle(k, RD_KAFKA_PRODUCER, conf, &k->producer, err);
 fail:
@@ -389,6 +421,12 @@ bool kafka_is_paused(const kafka_t *k) {
 int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
                   size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err) {
         rd_kafka_resp_err_t re;
+        int r;
+
+        /* Exactly-once: the first output after a commit opens the next
+         * transaction, so an idle daemon holds none open. */
+        if (k->transactional && !k->txn_open && (r = kafka_txn_begin(k, err)) < 0)
+                return r;
 
         re = rd_kafka_producev(k->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                                RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -468,4 +506,156 @@ int kafka_assigned_count(kafka_t *k) {
         n = parts->cnt;
         rd_kafka_topic_partition_list_destroy(parts);
         return n;
+}
+
+/* --- transactions (exactly-once) --------------------------------------------- */
+
+bool kafka_transactional(const kafka_t *k) {
+        return k->transactional;
+}
+
+bool kafka_txn_is_open(const kafka_t *k) {
+        return k->txn_open;
+}
+
+/* Sorts a failed transactional call into the classes librdkafka defines and
+ * fills err. Takes e (destroys it). */
+static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err) {
+        int r;
+
+        if (rd_kafka_error_is_fatal(e) || rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED ||
+            rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+            rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)
+                r = -EPERM;
+        else if (rd_kafka_error_txn_requires_abort(e))
+                r = -ECANCELED;
+        else if (rd_kafka_error_is_retriable(e))
+                r = -EAGAIN;
+        else
+                r = -EIO;
+        errbuf_set(err, r, "Failed to %s: %s (%s)", what, rd_kafka_error_string(e),
+                   r == -EPERM ? "fatal" : r == -ECANCELED ? "abortable" : r == -EAGAIN ? "retriable" : "other");
+        rd_kafka_error_destroy(e);
+        return r;
+}
+
+int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err) {
+        rd_kafka_error_t *e;
+
+        if (!k->transactional)
+                return 0;
+        for (;;) {
+                e = rd_kafka_init_transactions(k->producer, timeout_ms);
+                if (!e)
+                        return 0;
+                /* A coordinator still loading, or a previous incarnation's
+                 * transaction being aborted: retriable. */
+                if (!rd_kafka_error_is_retriable(e) || rd_kafka_error_is_fatal(e))
+                        return kafka_txn_error(e, "initialise transactions", err);
+                log_info("Initialising transactions: %s; retrying", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+        }
+}
+
+int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
+        rd_kafka_error_t *e;
+
+        assert(k->transactional && !k->txn_open);
+        e = rd_kafka_begin_transaction(k->producer);
+        if (e)
+                return kafka_txn_error(e, "begin a transaction", err);
+        k->txn_open = true;
+        return 0;
+}
+
+/* Retries a retriable failure of call() a few times (each call waits up to
+ * timeout_ms itself). */
+#define KAFKA_TXN_RETRIES 5
+
+int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
+        rd_kafka_consumer_group_metadata_t *md;
+        rd_kafka_error_t *e = NULL;
+        int i, r;
+
+        assert(k->transactional);
+        if (!k->txn_open && (!offsets || offsets->cnt == 0))
+                return 0;
+        if (!k->txn_open && (r = kafka_txn_begin(k, err)) < 0)
+                return r;
+        if (offsets && offsets->cnt > 0) {
+                /* The consumer's group metadata (member id, generation)
+                 * lets the coordinator refuse the offsets of a member the
+                 * group has moved on from: a zombie's transaction fails. */
+                md = rd_kafka_consumer_group_metadata(k->consumer);
+                if (!md)
+                        return errbuf_set(err, -EIO, "Failed to send offsets: no consumer group metadata");
+                for (i = 0; i < KAFKA_TXN_RETRIES; i++) {
+                        e = rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, timeout_ms);
+                        if (!e || !rd_kafka_error_is_retriable(e) || rd_kafka_error_txn_requires_abort(e))
+                                break;
+                        log_warning("Sending offsets to the transaction: %s; retrying", rd_kafka_error_string(e));
+                        rd_kafka_error_destroy(e);
+                        e = NULL;
+                }
+                rd_kafka_consumer_group_metadata_destroy(md);
+                if (e)
+                        return kafka_txn_error(e, "send the offsets to the transaction", err);
+        }
+        for (i = 0; i < KAFKA_TXN_RETRIES; i++) {
+                e = rd_kafka_commit_transaction(k->producer, timeout_ms);
+                if (!e || !rd_kafka_error_is_retriable(e) || rd_kafka_error_txn_requires_abort(e))
+                        break;
+                log_warning("Committing the transaction: %s; retrying", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+                e = NULL;
+        }
+        if (e)
+                return kafka_txn_error(e, "commit the transaction", err);
+        k->txn_open = false;
+        return 0;
+}
+
+int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
+        rd_kafka_error_t *e;
+
+        assert(k->transactional);
+        if (!k->txn_open)
+                return 0;
+        e = rd_kafka_abort_transaction(k->producer, timeout_ms);
+        if (e)
+                return kafka_txn_error(e, "abort the transaction", err);
+        k->txn_open = false;
+        return 0;
+}
+
+int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        rd_kafka_error_t *e;
+        rd_kafka_resp_err_t re;
+
+        re = rd_kafka_assignment(k->consumer, &parts);
+        if (re)
+                return errbuf_set(err, -EIO, "Failed to read the assignment: %s", rd_kafka_err2str(re));
+        if (parts->cnt > 0) {
+                re = rd_kafka_committed(k->consumer, parts, 30000);
+                if (re) {
+                        rd_kafka_topic_partition_list_destroy(parts);
+                        return errbuf_set(err, -EIO, "Failed to read the committed offsets: %s",
+                                          rd_kafka_err2str(re));
+                }
+                for (int i = 0; i < parts->cnt; i++)
+                        if (parts->elems[i].offset < 0)
+                                parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+                /* A seek also drops what was fetched beyond it. */
+                e = rd_kafka_seek_partitions(k->consumer, parts, 30000);
+                if (e) {
+                        errbuf_set(err, -EIO, "Failed to rewind to the committed offsets: %s",
+                                   rd_kafka_error_string(e));
+                        rd_kafka_error_destroy(e);
+                        rd_kafka_topic_partition_list_destroy(parts);
+                        return -EIO;
+                }
+        }
+        *ret = parts;
+        return 0;
 }

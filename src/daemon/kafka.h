@@ -115,4 +115,33 @@ int kafka_close(kafka_t *k, errbuf_t *err);
 /* Partitions currently assigned. */
 int kafka_assigned_count(kafka_t *k);
 
+/* --- exactly-once ([kafka] delivery = exactly-once) ---------------------------
+ * The producer is transactional (transactional.id <group>-<instance>-<input
+ * topic>); kafka_produce opens a transaction before the first output after a
+ * commit. The consumer commits nothing by itself (enable.auto.commit=false):
+ * offsets reach the group only through kafka_txn_commit. The txn calls block
+ * (up to their timeouts) and sort failures into librdkafka's classes:
+ *   -EAGAIN     retriable, and still failing after a few retries;
+ *   -ECANCELED  abortable: call kafka_txn_abort, kafka_rewind, redo;
+ *   -EPERM      fatal or fenced: the producer cannot go on (exit);
+ *   -EIO        anything else. */
+bool kafka_transactional(const kafka_t *k);
+bool kafka_txn_is_open(const kafka_t *k);
+
+/* init_transactions (at start-up; fences an earlier incarnation of the same
+ * transactional.id and aborts its open transaction). No-op without EOS. */
+int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err);
+int kafka_txn_begin(kafka_t *k, errbuf_t *err);
+
+/* Adds offsets (the next offset to read, per input partition) with the
+ * consumer's group metadata to the open transaction and commits it. Nothing
+ * open and no offsets is a no-op. */
+int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err);
+int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err);
+
+/* Seeks every assigned partition back to the group's committed offset (the
+ * beginning when none), dropping what was fetched beyond it. *ret is the list
+ * of the partitions rewound (the caller destroys it). */
+int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err);
+
 #endif

@@ -44,6 +44,7 @@ struct pipeline {
         size_t held_head, held_len, held_cap;
 
         bool draining;                  /* pipeline_begin_drain: take no more records */
+        bool intake_closed;             /* pipeline_set_intake: take nothing new for now */
 
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
@@ -461,7 +462,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
 
 /* Pauses fetching while records are held or a drain runs; resumes after. */
 static void pipeline_update_pause(pipeline_t *p) {
-        bool want = p->draining || p->held_len > 0;
+        bool want = p->draining || p->intake_closed || p->held_len > 0;
 
         if (kafka_is_paused(p->kafka) != want) {
                 kafka_set_paused(p->kafka, want);
@@ -474,7 +475,8 @@ static void pipeline_update_pause(pipeline_t *p) {
  * queue also runs rebalances and keeps max.poll.interval.ms satisfied, so
  * it goes on (into `held`) while the pipeline is full. */
 void pipeline_pump(pipeline_t *p) {
-        bool blocked = false;
+        /* With the intake closed, records are only held. */
+        bool blocked = p->intake_closed;
         int budget = PIPELINE_PUMP_BUDGET;
 
         while (budget-- > 0) {
@@ -512,6 +514,13 @@ void pipeline_pump(pipeline_t *p) {
         if (budget < 0)
                 p->ops.pump_later(p->userdata);
         pipeline_update_pause(p);
+}
+
+void pipeline_set_intake(pipeline_t *p, bool open) {
+        p->intake_closed = !open;
+        pipeline_update_pause(p);
+        if (!open)
+                pipeline_flush_filling(p);
 }
 
 void pipeline_begin_drain(pipeline_t *p) {

@@ -136,6 +136,13 @@ void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *pa
  * slot. What is in the slots finishes. */
 void pipeline_begin_drain(pipeline_t *p);
 
+/* Closes (open = false) or reopens the intake: while closed, records are
+ * held, not taken, fetching is paused and the FILLING slot is submitted, so
+ * that what is in the slots can finish with nothing new behind it (the
+ * exactly-once commit point). Reopening takes the held records at the next
+ * pipeline_pump. */
+void pipeline_set_intake(pipeline_t *p, bool open);
+
 /* Live changes (a reload). top_k above the engine's is -ERANGE (a restart
  * is needed); max_batch is clamped to 1..capacity and the value used is
  * returned. */

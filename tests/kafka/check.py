@@ -88,12 +88,13 @@ def cmd_predictions(inp, pred, topic, top_k, allow_dups):
             if key not in j:
                 fail(f'{k}: "{key}" missing')
     missing = sorted(good - set(seen))
-    if missing:
-        fail(f'{len(missing)} of {len(good)} good records have no prediction, e.g. {missing[:5]}')
     dups = sum(n - 1 for n in seen.values() if n > 1)
+    if missing:
+        fail(f'{len(missing)} lost: {len(missing)} of {len(good)} good records have no prediction, '
+             f'e.g. {missing[:5]}; {dups} duplicate(s)')
     if dups and not allow_dups:
         fail(f'{dups} duplicate prediction(s), e.g. {[k for k, n in seen.items() if n > 1][:5]}')
-    print(f'{len(good)} good records, {len(good)} keys predicted, {dups} duplicate(s)')
+    print(f'{len(good)} good records, {len(good)} keys predicted, 0 lost, {dups} duplicate(s)')
 
 
 def cmd_dlq(inp, dlq):

@@ -85,11 +85,13 @@ kt_config() {
 }
 
 # kt_start NAME: runs inferd on $KT_DIR/NAME.ini; its stderr goes to
-# NAME.log and its exit status to NAME.rc when it ends. Sets KT_PID_<NAME>.
+# NAME.log and its exit status to NAME.rc when it ends. KT_WRAP, when set, is
+# a command that execs its arguments (e.g. "ip netns exec NS"), so that the
+# pid recorded is still the daemon's.
 kt_start() {
         local name=$1
         rm -f "$KT_DIR/$name.rc"
-        ( "$BUILD/inferd" -c "$KT_DIR/$name.ini" 2>>"$KT_DIR/$name.log" & p=$!
+        ( ${KT_WRAP:-} "$BUILD/inferd" -c "$KT_DIR/$name.ini" 2>>"$KT_DIR/$name.log" & p=$!
           echo $p >"$KT_DIR/$name.pid"; wait $p; echo $? >"$KT_DIR/$name.rc" ) &
         for _ in $(seq 50); do
                 [ -s "$KT_DIR/$name.pid" ] && break
@@ -127,8 +129,11 @@ kt_wait_log() {
 }
 
 # kt_read TOPIC FORMAT: every record of the topic, one line each (kcat).
+# KT_ISOLATION: read_committed (librdkafka's default: aborted transactions
+# are skipped) or read_uncommitted.
 kt_read() {
-        timeout 30 kcat -C -b "$KT_BROKERS" -t "$1" -o beginning -e -q -f "$2" 2>/dev/null
+        timeout 30 kcat -C -b "$KT_BROKERS" -t "$1" -o beginning -e -q -f "$2" \
+                -X isolation.level="${KT_ISOLATION:-read_committed}" 2>/dev/null
 }
 
 kt_count() {

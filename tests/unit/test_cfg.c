@@ -77,6 +77,9 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_STRING_EQUAL(c->kafka.input_topic, "images");
         CU_ASSERT_STRING_EQUAL(c->kafka.output_topic, "predictions");
         CU_ASSERT_STRING_EQUAL(c->kafka.dlq_topic, "images.dlq");
+        CU_ASSERT_FALSE(c->kafka.static_membership);
+        CU_ASSERT_EQUAL(c->kafka.delivery, CFG_DELIVERY_AT_LEAST_ONCE);
+        CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 100);
         CU_ASSERT_EQUAL(c->kafka_consumer.n, 0);
         CU_ASSERT_EQUAL(c->kafka_producer.n, 0);
         CU_ASSERT_STRING_EQUAL(c->model.weights, "/var/lib/inferd/w.safetensors");
@@ -100,7 +103,8 @@ static void test_cfg_values_set(void) {
 
         CU_ASSERT_EQUAL_FATAL(load_text("[SERVICE]\ninstance = blue\nLog_Level = debug\n"
                                         "[kafka]\nbrokers = a:1,b:2\ngroup_id = g\ninput_topic = in.x\n"
-                                        "output_topic = out_y\ndlq_topic = d-z\n"
+                                        "output_topic = out_y\ndlq_topic = d-z\nstatic_membership = yes\n"
+                                        "delivery = exactly-once\ntransaction_max_ms = 0\n"
                                         "[model]\nweights = \"/w w.safetensors\"\nlabels = /l.txt\nprecision = bf16\n"
                                         "[engine]\nbackend = cpu\ndevice = 3\n"
                                         "[memory]\ngpu_budget = 1.5GiB\nhost_budget = 512MiB\nmax_batch = 64\n"
@@ -113,6 +117,9 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_STRING_EQUAL(c->kafka.input_topic, "in.x");
         CU_ASSERT_STRING_EQUAL(c->kafka.output_topic, "out_y");
         CU_ASSERT_STRING_EQUAL(c->kafka.dlq_topic, "d-z");
+        CU_ASSERT_TRUE(c->kafka.static_membership);
+        CU_ASSERT_EQUAL(c->kafka.delivery, CFG_DELIVERY_EXACTLY_ONCE);
+        CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 0);
         CU_ASSERT_STRING_EQUAL(c->model.weights, "/w w.safetensors");
         CU_ASSERT_STRING_EQUAL(c->model.labels, "/l.txt");
         CU_ASSERT_EQUAL(c->model.precision, PRECISION_BF16);
@@ -238,6 +245,9 @@ static void test_cfg_bad_values(void) {
                 { "kafka", "input_topic", "bad topic", "is not a Kafka topic name" },
                 { "kafka", "output_topic", "a/b", "is not a Kafka topic name" },
                 { "kafka", "dlq_topic", "..", "is not a Kafka topic name" },
+                { "kafka", "static_membership", "maybe", "is not yes or no" },
+                { "kafka", "delivery", "at-most-once", "is not one of at-least-once, exactly-once" },
+                { "kafka", "transaction_max_ms", "-1", "is not in" },
                 { "model", "weights", "", "must not be empty" },
                 { "model", "precision", "fp8", "is not one of auto, fp32, fp16, bf16" },
                 { "engine", "backend", "gpu", "is not one of auto, cpu, cuda" },
@@ -470,7 +480,8 @@ static void test_cfg_reload_diff(void) {
 static const char *const design_keys[][2] = {
         { "service", "instance" }, { "service", "log_level" }, { "service", "top_k" },
         { "kafka", "brokers" }, { "kafka", "group_id" }, { "kafka", "input_topic" },
-        { "kafka", "output_topic" }, { "kafka", "dlq_topic" },
+        { "kafka", "output_topic" }, { "kafka", "dlq_topic" }, { "kafka", "static_membership" },
+        { "kafka", "delivery" }, { "kafka", "transaction_max_ms" },
         { "model", "weights" }, { "model", "labels" }, { "model", "precision" },
         { "engine", "backend" }, { "engine", "device" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },

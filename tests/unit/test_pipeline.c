@@ -325,10 +325,75 @@ static void test_pipeline_records_to_predictions_and_dlq(void) {
         tp_teardown(&t);
 }
 
+/* One turn of the loop daemon.c runs. */
+static void tp_turn(tp_t *t) {
+        struct pollfd p[3] = {
+                { .fd = kafka_consumer_fd(t->kafka), .events = POLLIN },
+                { .fd = kafka_producer_fd(t->kafka), .events = POLLIN },
+                { .fd = engine_completion_fd(t->engine), .events = POLLIN },
+        };
+
+        poll(p, 3, 10);
+        kafka_fd_clear(p[0].fd);
+        kafka_fd_clear(p[1].fd);
+        if (t->deadline_us && pipeline_now_us() >= t->deadline_us) {
+                t->deadline_us = 0;
+                pipeline_delay_expired(t->pipeline);
+        }
+        pipeline_pump(t->pipeline);
+        pipeline_reap(t->pipeline);
+        kafka_poll_producer(t->kafka);
+        pipeline_produce_pending(t->pipeline);
+}
+
+/* The exactly-once commit point: with the intake closed nothing is taken
+ * (fetching is paused, so a partition assigned meanwhile starts paused);
+ * reopened, every record is taken and produced. */
+static void test_pipeline_intake_closed_takes_nothing(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        pipeline_set_intake(t.pipeline, false);
+        /* Until the partition is assigned, then two seconds more: the
+         * assigned partition starts paused, so nothing comes in. */
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (!t.assigned && !t.fails && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL_FATAL(t.assigned, 1);
+        end = pipeline_now_us() + 2 * 1000 * 1000ULL;
+        while (pipeline_now_us() < end)
+                tp_turn(&t);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, 0);
+        CU_ASSERT_EQUAL(st.batches, 0);
+        CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
+        CU_ASSERT_EQUAL(t.delivered_predictions + t.delivered_dlq, 0);
+
+        pipeline_set_intake(t.pipeline, true);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_GOOD);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
+        tp_teardown(&t);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
                 { "records_to_predictions_and_dlq", test_pipeline_records_to_predictions_and_dlq },
+                { "intake_closed_takes_nothing", test_pipeline_intake_closed_takes_nothing },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);
