@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "decode/decode.h"
 #include "core/labels.h"
 #include "core/model.h"
 #include "engine/prediction.h"
@@ -35,6 +36,9 @@ typedef struct run_args {
         const char *weights;
         const char *labels;
         const char *logits;
+        const char *rgb8;       /* --rgb8 OUT: the 224x224x3 records as fed */
+        uint64_t max_pixels;    /* --max-pixels, as [decode] max_pixels */
+        uint64_t max_bytes;     /* --max-bytes, as [decode] max_bytes */
         int json;
         double bench_seconds;
         int batch;              /* 0: the default for the mode */
@@ -46,15 +50,20 @@ typedef struct run_args {
 static void run_usage(FILE *out) {
         fputs("usage:\n"
               "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
-              "             [--batch N] [--top K] [--logits OUT] INPUT...\n"
+              "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
+              "             INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
               "             [--precision P] [--backend B] [--batch N]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
               "\n"
-              "INPUT is a raw record: 150528 bytes of RGB8 224x224x3 (HWC), or 602112 bytes of\n"
-              "float32 3x224x224 (CHW, little-endian, normalised). One JSON prediction line is\n"
-              "printed per input, in argument order. --logits writes N x 1000 float32 pre-softmax\n"
-              "logits (little-endian) in the same order.\n"
+              "INPUT is a JPEG or PNG file (decoded, resized to 256 on the shorter side and\n"
+              "centre-cropped to 224, as torchvision's eval transform), or a raw record: 150528\n"
+              "bytes of RGB8 224x224x3 (HWC), or 602112 bytes of float32 3x224x224 (CHW,\n"
+              "little-endian, normalised). One JSON prediction line is printed per input, in\n"
+              "argument order. --logits writes N x 1000 float32 pre-softmax logits (little-endian)\n"
+              "in the same order; --rgb8 writes the N x 224x224x3 uint8 records as fed to the\n"
+              "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
+              "(default 20MiB) limit encoded images, as [decode] does in the daemon.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
               "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots).\n",
               out);
@@ -77,7 +86,7 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
 /* Returns 0, 1 for --help, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH };
+               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -94,6 +103,9 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "bench", required_argument, NULL, OPT_BENCH },
                 { "device", required_argument, NULL, OPT_DEVICE },
                 { "depth", required_argument, NULL, OPT_DEPTH },
+                { "rgb8", required_argument, NULL, OPT_RGB8 },
+                { "max-pixels", required_argument, NULL, OPT_MAX_PIXELS },
+                { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -101,6 +113,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
 
         memset(a, 0, sizeof(*a));
         engine_options_init(&a->engine);
+        a->max_pixels = DECODE_DEFAULT_MAX_PIXELS;
+        a->max_bytes = DECODE_DEFAULT_MAX_BYTES;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "+:h", options, NULL)) >= 0) {
                 switch (c) {
@@ -172,6 +186,27 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         if (r < 0)
                                 return r;
                         break;
+                case OPT_RGB8:
+                        a->rgb8 = optarg;
+                        break;
+                case OPT_MAX_PIXELS: {
+                        char *end;
+
+                        errno = 0;
+                        a->max_pixels = strtoull(optarg, &end, 10);
+                        if (errno || end == optarg || *end || optarg[0] == '-' || a->max_pixels == 0) {
+                                fprintf(stderr, "inferd-run: --max-pixels: '%s' is not a positive whole number\n",
+                                        optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                }
+                case OPT_MAX_BYTES:
+                        if (units_parse_size(optarg, &a->max_bytes) < 0 || a->max_bytes == 0) {
+                                fprintf(stderr, "inferd-run: --max-bytes: '%s' is not a size (such as 20MiB)\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
                 case OPT_DEPTH:
                         r = run_parse_int("--depth", optarg, 2, 16, &a->engine.pipeline_depth);
                         if (r < 0)
@@ -202,8 +237,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
                         return -EINVAL;
                 }
-        } else if (a->logits || a->labels) {
-                fprintf(stderr, "inferd-run: --logits and --labels go with INPUT files only\n");
+        } else if (a->logits || a->labels || a->rgb8) {
+                fprintf(stderr, "inferd-run: --logits, --rgb8 and --labels go with INPUT files only\n");
                 return -EINVAL;
         }
         /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
@@ -213,6 +248,10 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 a->engine.max_batch = a->n_inputs < 8 ? a->n_inputs : 8;
         else if (a->mode == RUN_BENCH)
                 a->engine.max_batch = 8;
+        /* Images are decoded on this thread: one context, with a copy of the file. */
+        a->engine.decode_threads = 1;
+        a->engine.decode_max_pixels = a->max_pixels;
+        a->engine.decode_input_bytes = a->max_bytes;
         return 0;
 }
 
@@ -240,7 +279,7 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
                 return -EINVAL;
         }
         if ((uint64_t)st.st_size > cap) {
-                fprintf(stderr, "inferd-run: %s: %lld bytes is larger than any accepted record (%zu bytes at most) "
+                fprintf(stderr, "inferd-run: %s: %lld bytes is more than this input may have (%zu bytes at most) "
                         "[too-large]\n", path, (long long)st.st_size, cap);
                 close(fd);
                 return -EFBIG;
@@ -260,24 +299,63 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
         return r;
 }
 
-/* Loads input i into record slot position pos, checking its format. */
-static int run_pack(engine_t *e, int slot, int pos, const char *path) {
-        unsigned char *dst = engine_slot_record(e, slot, pos);
+/* The signature of a file: its first bytes, enough for record_identify. */
+static int run_peek(const char *path, unsigned char head[16]) {
+        ssize_t n;
+        int fd;
+
+        memset(head, 0, 16);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        n = read(fd, head, 16);
+        close(fd);
+        return n < 0 ? -errno : 0;
+}
+
+/* Loads input i into record slot position pos, checking its format; a
+ * JPEG or PNG is read into the decoder's input buffer and decoded into the
+ * slot as RGB8. With --rgb8, the record as fed is appended to rgb8_out. */
+static int run_pack(engine_t *e, decode_t *dec, int slot, int pos, const char *path, FILE *rgb8_out,
+                    const char *rgb8_path) {
+        unsigned char *dst = engine_slot_record(e, slot, pos), head[16];
         record_format_t f;
         const char *code = NULL;
         errbuf_t err;
         size_t len = 0;
         int r;
 
-        r = run_read_input(path, dst, RECORD_MAX_BYTES, &len);
-        if (r < 0)
-                return r;
-        r = record_classify(dst, len, NULL, 0, &f, &code, &err);
+        r = run_peek(path, head);
         if (r < 0) {
-                fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                fprintf(stderr, "inferd-run: %s: cannot read: %s\n", path, strerror(-r));
                 return r;
         }
+        /* The signature decides the buffer: the length is checked below. */
+        if (record_identify(head, 16, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f)) {
+                r = run_read_input(path, decode_input(dec), decode_max_bytes(dec), &len);
+                if (r < 0)
+                        return r;
+                r = decode_record(dec, decode_input(dec), len, f, dst, NULL, &code, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                        return r;
+                }
+                f = RECORD_RGB8;
+        } else {
+                r = run_read_input(path, dst, RECORD_MAX_BYTES, &len);
+                if (r < 0)
+                        return r;
+                r = record_identify(dst, len, NULL, 0, &f, &code, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                        return r;
+                }
+        }
         engine_slot_set_format(e, slot, pos, f);
+        if (rgb8_out && fwrite(dst, RECORD_RGB8_BYTES, 1, rgb8_out) != 1) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", rgb8_path, strerror(errno));
+                return -EIO;
+        }
         return 0;
 }
 
@@ -303,9 +381,18 @@ static int run_check_inputs(const run_args_t *a) {
                         fprintf(stderr, "inferd-run: %s: not a regular file\n", a->inputs[i]);
                         bad = 1;
                 } else if (read(fd, head, sizeof(head)) < 0 ||
-                           record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
+                           record_identify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
                         fprintf(stderr, "inferd-run: %s: %s [%s]\n", a->inputs[i], code ? err.msg : strerror(errno),
                                 code ? code : "read-failed");
+                        bad = 1;
+                } else if (record_is_encoded(f) && (uint64_t)st.st_size > a->max_bytes) {
+                        fprintf(stderr, "inferd-run: %s: %lld bytes of %s is more than --max-bytes (%llu) [too-large]\n",
+                                a->inputs[i], (long long)st.st_size, record_format_mime(f),
+                                (unsigned long long)a->max_bytes);
+                        bad = 1;
+                } else if (f == RECORD_F32_CHW && a->rgb8) {
+                        fprintf(stderr, "inferd-run: %s: a float32 tensor has no RGB8 record for --rgb8\n",
+                                a->inputs[i]);
                         bad = 1;
                 }
                 if (fd >= 0)
@@ -352,14 +439,30 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
         int depth = engine_slots(e), batch = engine_max_batch(e), next = 0, oldest = 0, in_flight = 0, r = 0;
         int first[16], count[16];
         double started[16];
-        FILE *logits_out = NULL;
+        FILE *logits_out = NULL, *rgb8_out = NULL;
+        decode_t *dec = NULL;
         errbuf_t err;
 
+        /* The one decode context the plan counted (engine_plan_of(e)->decode). */
+        r = decode_new(&dec, a->max_pixels, a->max_bytes, true, &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: cannot make the decoder: %s\n", err.msg);
+                return r;
+        }
         if (a->logits) {
                 logits_out = fopen(a->logits, "we");
                 if (!logits_out) {
+                        r = -errno;
                         fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->logits, strerror(errno));
-                        return -errno;
+                        goto out;
+                }
+        }
+        if (a->rgb8) {
+                rgb8_out = fopen(a->rgb8, "we");
+                if (!rgb8_out) {
+                        r = -errno;
+                        fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->rgb8, strerror(errno));
+                        goto out;
                 }
         }
         while (next < a->n_inputs || in_flight > 0) {
@@ -368,7 +471,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         int n = a->n_inputs - next < batch ? a->n_inputs - next : batch;
 
                         for (int i = 0; i < n; i++) {
-                                r = run_pack(e, slot, i, a->inputs[next + i]);
+                                r = run_pack(e, dec, slot, i, a->inputs[next + i], rgb8_out, a->rgb8);
                                 if (r < 0)
                                         goto out;
                         }
@@ -401,6 +504,11 @@ out:
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
                 r = -EIO;
         }
+        if (rgb8_out && fclose(rgb8_out) != 0 && r == 0) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->rgb8, strerror(errno));
+                r = -EIO;
+        }
+        decode_free(dec);
         return r;
 }
 
