@@ -29,6 +29,7 @@
 #include "daemon/log.h"
 #include "daemon/pipebench.h"
 #include "core/units.h"
+#include "decode/decode.h"
 
 #define DAEMON_POLL_INTERVAL_US (100 * 1000ULL)
 #define DAEMON_STATUS_INTERVAL_US (5 * 1000 * 1000ULL)
@@ -505,6 +506,9 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->max_batch = c->memory.max_batch;
         o->pipeline_depth = DAEMON_PIPELINE_DEPTH;
         o->top_k = c->service.top_k;
+        /* The decode contexts are planned as the daemon would make them. */
+        o->decode_threads = c->decode.threads > 0 ? c->decode.threads : decode_default_threads();
+        o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
 }
 
 int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err) {

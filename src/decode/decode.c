@@ -7,8 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "decode/decode-internal.h"
+
+int decode_default_threads(void) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        return n > 2 ? (int)(n - 1) : 1;
+}
 
 int decode_new(decode_t **ret, uint64_t max_pixels, size_t max_bytes, bool input_copy, errbuf_t *err) {
         decode_t *d;

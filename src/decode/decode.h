@@ -38,6 +38,10 @@
 
 typedef struct decode decode_t;
 
+/* The default number of decode threads ([decode] threads = 0): the online
+ * cores minus one (one is left to the event loop and librdkafka), at least 1. */
+int decode_default_threads(void);
+
 /* A context for images of up to max_pixels pixels and max_bytes encoded
  * bytes. With input_copy, it also owns a max_bytes buffer (decode_input)
  * for callers that read files. Returns 0, -EINVAL (a limit of 0) or
