@@ -4,7 +4,7 @@
 #   make engine     only what needs no Kafka/systemd (inferd-run, the GPU tests): for tools/gpu-check
 #   make test       every suite this machine can run; last line "N passed, N failed, N skipped"
 #   make demo       the main job on the embedded defaults
-#   make fuzz       the safetensors reader under libFuzzer (clang)
+#   make fuzz       the safetensors reader and the JPEG/PNG decode under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
 #   make install    the binaries, the unit and the configs under PREFIX (/usr/local)
 #
@@ -183,7 +183,7 @@ test: all
 demo: all
 	tools/demo
 
-# libFuzzer needs clang; the reader and its error path are all it links.
+# libFuzzer needs clang; each target links only the code it fuzzes (tools/fuzz).
 fuzz:
 	tools/fuzz $(FUZZ_SECONDS)
 
