@@ -7,6 +7,7 @@
 #   make fuzz       the safetensors reader and the JPEG/PNG decode under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
 #   make install    the binaries, the unit and the configs under PREFIX (/usr/local)
+#   make deb        build/inferd_<VERSION>_amd64.deb, for `apt install ./build/inferd_*.deb`
 #
 # Variables: CUDA_ARCH="90 80" (compute capabilities), NVCC=path or NVCC= to
 # skip CUDA, WERROR= to drop -Werror, FUZZ_SECONDS=60.
@@ -15,7 +16,7 @@
 # The flags below come from pkg-config when the Makefile is read, so the
 # packages must be there before it is read. Every goal therefore runs in two
 # passes: this one installs what is missing (tools/install-deps: the build's
-# packages for make/install, everything for test/demo/fuzz), then runs make
+# packages for make/install/deb, everything for test/demo/fuzz), then runs make
 # again, which reads the flags afresh. DEPS_PREFIX (tools/gpu-check's
 # unpacked .debs) and clean install nothing.
 ifndef INFERD_DEPS_READY
@@ -37,6 +38,9 @@ WERROR    ?= -Werror
 CUDA_ARCH ?= 90 80
 FUZZ_SECONDS ?= 60
 PREFIX    ?= /usr/local
+# The one place the version is written: the mains print it (--version) and
+# `make deb` names the package after it.
+VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
 CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng
@@ -123,7 +127,7 @@ TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
 PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
-.PHONY: all engine test unit demo fuzz deps clean install cuda-status
+.PHONY: all engine test unit demo fuzz deps clean install deb cuda-status
 all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 engine: cuda-status $(ENGINE_PROGRAMS)
 
@@ -139,6 +143,10 @@ endif
 $(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(if $(filter $(DAEMON_SRCS) $(PROG_SRCS) $(TOOL_SRCS) $(UNIT_SRCS),$<),$(DAEMON_CFLAGS)) -c $< -o $@
+
+# Only the mains carry the version, so that a new VERSION rebuilds only them.
+$(PROG_SRCS:%.c=$(BUILD)/%.o): VERSION
+$(PROG_SRCS:%.c=$(BUILD)/%.o): ALL_CFLAGS += -DINFERD_VERSION='"$(VERSION)"'
 
 $(BUILD)/%.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -191,16 +199,44 @@ deps:
 	@:
 
 # The unit's /usr/local/bin becomes $(PREFIX)/bin; configs already under
-# $(SYSCONFDIR)/inferd are never overwritten.
-SYSCONFDIR ?= /etc
-UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# $(SYSCONFDIR)/inferd are never overwritten. systemd reads sysusers.d and
+# tmpfiles.d only under /usr/lib and /etc, so with a PREFIX other than /usr
+# they go under $(SYSCONFDIR). Without DESTDIR (a real install, as root) the
+# user inferd and /var/lib/inferd are made at once; a staged install (DESTDIR,
+# `make deb`) leaves that to whoever installs the tree (the package's postinst).
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_LIB := $(if $(filter /usr,$(PREFIX)),/usr/lib,$(SYSCONFDIR))
+SYSUSERSDIR ?= $(SYSTEMD_LIB)/sysusers.d
+TMPFILESDIR ?= $(SYSTEMD_LIB)/tmpfiles.d
+DOCDIR      ?= $(PREFIX)/share/doc/inferd
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs
 	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
-	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g' systemd/inferd@.service \
-		>$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g; s|/usr/share/doc/inferd/|$(DOCDIR)/|g' \
+		systemd/inferd@.service >$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
+	install -m 0644 systemd/inferd.sysusers $(DESTDIR)$(SYSUSERSDIR)/inferd.conf
+	install -m 0644 systemd/inferd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/inferd.conf
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 	@for f in etc/inferd/*.ini; do t=$(DESTDIR)$(SYSCONFDIR)/inferd/$${f##*/}; \
 		if [ -e "$$t" ]; then echo "kept $$t"; else install -m 0644 "$$f" "$$t" && echo "installed $$t"; fi; done
+	@if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then \
+		systemd-sysusers $(SYSUSERSDIR)/inferd.conf && systemd-tmpfiles --create $(TMPFILESDIR)/inferd.conf && \
+		echo "made the user inferd and /var/lib/inferd"; \
+	fi
+
+# The Debian package: `make install` staged under $(BUILD)/deb/root with the
+# Debian paths, then packaging/deb/build adds the control files (Depends from
+# dpkg-shlibdeps) and runs dpkg-deb. The install is a second make so that it
+# stages exactly what `make install` installs.
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+deb: all
+	rm -rf $(BUILD)/deb
+	$(MAKE) --no-print-directory -s install DESTDIR=$(abspath $(BUILD))/deb/debian/inferd PREFIX=/usr SYSCONFDIR=/etc \
+		UNITDIR=/lib/systemd/system >/dev/null
+	packaging/deb/build $(BUILD)/deb $(VERSION) $(DEB_ARCH) $(BUILD)/inferd_$(VERSION)_$(DEB_ARCH).deb
 
 clean:
 	rm -rf $(BUILD)
@@ -208,5 +244,6 @@ clean:
 # Keep the objects of tools/*.c, which make would otherwise delete as intermediates.
 .SECONDARY:
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# -type f: the staged package tree ($(BUILD)/deb) has folders named sysusers.d.
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)
 endif

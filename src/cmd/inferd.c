@@ -5,6 +5,7 @@
  *   inferd --plan [--json] [-c FILE]  print the memory plan the config gives
  *   inferd --bench-pipeline [-c FILE] the pipeline benchmark: the daemon with the
  *                                     model's compute left out (tools/bench-pipeline)
+ *   inferd --version                  the version (the VERSION file, through the Makefile)
  *
  * main() keeps the fixed order of systemd's daemons: parse arguments and
  * config, block the signals (before librdkafka or the engine start threads),
@@ -25,12 +26,17 @@
 #include "core/errbuf.h"
 #include "daemon/log.h"
 
+#ifndef INFERD_VERSION
+#error "INFERD_VERSION is set by the Makefile from the VERSION file"
+#endif
+
 static void usage(FILE *f) {
         fprintf(f, "Usage: inferd [-c FILE]\n"
                    "       inferd --check-config [-c FILE]\n"
                    "       inferd --plan [--json] [-c FILE]\n"
                    "       inferd --bench-pipeline [-c FILE]   (a benchmark: the model is not run)\n"
                    "       inferd --print-config-reference     (every config key, as markdown)\n"
+                   "       inferd --version\n"
                    "\n"
                    "Consumes images from Kafka, classifies them with ResNet-50 and produces\n"
                    "predictions. FILE defaults to " CFG_DEFAULT_PATH ".\n");
@@ -92,7 +98,7 @@ static void block_signals_everywhere(char **argv) {
 }
 
 int main(int argc, char **argv) {
-        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE, ARG_REFERENCE };
+        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE, ARG_REFERENCE, ARG_VERSION };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK },
@@ -100,6 +106,7 @@ int main(int argc, char **argv) {
                 { "json", no_argument, NULL, ARG_JSON },
                 { "bench-pipeline", no_argument, NULL, ARG_BENCH_PIPELINE },
                 { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
+                { "version", no_argument, NULL, ARG_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -130,6 +137,9 @@ int main(int argc, char **argv) {
                 case ARG_REFERENCE:
                         /* docs/config.md is this output: the key table, documented. */
                         return cfg_write_reference(stdout) < 0 ? 1 : 0;
+                case ARG_VERSION:
+                        printf("inferd %s\n", INFERD_VERSION);
+                        return 0;
                 case 'h':
                         usage(stdout);
                         return 0;

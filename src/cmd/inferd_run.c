@@ -21,6 +21,10 @@
 #include "core/record.h"
 #include "core/units.h"
 
+#ifndef INFERD_VERSION
+#error "INFERD_VERSION is set by the Makefile from the VERSION file"
+#endif
+
 /* openblas_get_num_threads is OpenBLAS's own; declared here to avoid
  * depending on which cblas.h variant is installed. */
 int openblas_get_num_threads(void);
@@ -65,7 +69,8 @@ static void run_usage(FILE *out) {
               "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
               "(default 20MiB) limit encoded images, as [decode] does in the daemon.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
-              "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots).\n",
+              "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
+              "--version.\n",
               out);
 }
 
@@ -83,10 +88,10 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
         return 0;
 }
 
-/* Returns 0, 1 for --help, or -EINVAL after printing the reason. */
+/* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES };
+               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -106,6 +111,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "rgb8", required_argument, NULL, OPT_RGB8 },
                 { "max-pixels", required_argument, NULL, OPT_MAX_PIXELS },
                 { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
+                { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -214,6 +220,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         break;
                 case 'h':
                         return 1;
+                case OPT_VERSION:
+                        return 2;
                 case ':':
                         fprintf(stderr, "inferd-run: option '%s' needs a value\n", argv[optind - 1]);
                         return -EINVAL;
@@ -604,6 +612,10 @@ int main(int argc, char **argv) {
         int r;
 
         r = run_parse_args(argc, argv, &a);
+        if (r == 2) {
+                printf("inferd-run %s\n", INFERD_VERSION);
+                return 0;
+        }
         if (r != 0) {
                 run_usage(r > 0 ? stdout : stderr);
                 return r > 0 ? 0 : 2;

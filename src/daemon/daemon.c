@@ -4,7 +4,10 @@
  * One thread runs everything. The engine computes on its own thread (or the
  * GPU) and librdkafka on its own threads; both reach this loop through fds
  * only. The records' own path (take, pack, submit, reap, produce, DLQ,
- * back-pressure) is pipeline.c; what follows a produced record is here:
+ * back-pressure) is the pipeline object (pipeline.h), which this file owns
+ * and drives from its event handlers; the pipeline calls back only through
+ * the pipeline_ops_t below and knows nothing else of the daemon. What
+ * follows a produced record is here:
  *
  *   producer fd -> delivery report -> batch_offsets_done -> store offset
  *   -> commit (shortly after, on the poll timer; synchronously on revoke and
@@ -25,21 +28,99 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 
-#include "daemon/daemon-internal.h"
+#include "daemon/batch.h"
+#include "daemon/kafka.h"
 #include "daemon/log.h"
 #include "daemon/pipebench.h"
+#include "daemon/pipeline.h"
+#include "core/labels.h"
+#include "core/model.h"
 #include "core/units.h"
 #include "decode/decode.h"
+#include "engine/engine.h"
 
 #define DAEMON_POLL_INTERVAL_US (100 * 1000ULL)
 #define DAEMON_STATUS_INTERVAL_US (5 * 1000 * 1000ULL)
 #define DAEMON_PIPELINE_DEPTH 2
 #define DAEMON_START_EXTEND_US ((uint64_t)120 * 1000 * 1000)
 
-void daemon_fail(daemon_t *d, int status) {
+struct daemon {
+        cfg_t *cfg;                     /* owned; live keys are updated on reload */
+        char *config_path;              /* owned */
+        sd_event *event;
+        sd_event_source *sig_term, *sig_int, *sig_hup;
+        sd_event_source *consumer_io, *producer_io, *engine_io;
+        sd_event_source *poll_timer, *delay_timer, *drain_timer, *watchdog_timer, *defer;
+
+        model_t *model;
+        labels_t *labels;
+        engine_t *engine;
+        kafka_t *kafka;
+        batch_offsets_t *offsets;       /* lent to the pipeline; the delivery reports mark it here */
+        pipeline_t *pipeline;           /* borrows engine, kafka and offsets: freed before them */
+
+        bool started, draining, in_revoke;
+        bool bench_pipeline;            /* the no-compute pipeline benchmark (pipebench.h) */
+        bool stored_uncommitted;        /* an offset was stored since the last commit */
+        int exit_status;
+        uint64_t drain_started_us;
+
+        /* Progress and statistics (the pipeline counts its own). */
+        uint64_t delivered;
+        uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
+        uint64_t watchdog_usec;
+};
+
+/* The daemon's times are on the pipeline's clock, so that deadlines and
+ * progress times from either compare. */
+static uint64_t daemon_now_us(void) {
+        return pipeline_now_us();
+}
+
+/* Ends the loop with a non-zero exit status (the first one set wins). */
+static void daemon_fail(daemon_t *d, int status) {
         if (!d->exit_status)
                 d->exit_status = status;
         sd_event_exit(d->event, status);
+}
+
+static void daemon_stats(const daemon_t *d, pipeline_stats_t *st) {
+        pipeline_get_stats(d->pipeline, st);
+}
+
+/* Records taken and not finished: in the engine's slots, not yet produced. */
+static int daemon_records_in_slots(const daemon_t *d) {
+        pipeline_stats_t st;
+
+        daemon_stats(d, &st);
+        return st.records_in_slots;
+}
+
+/* Serving the consumer queue is not re-entered from a revoke callback, which
+ * runs inside it (kafka_consume) and finishes the slots itself. */
+static void daemon_pump(daemon_t *d) {
+        if (d->in_revoke || !d->pipeline)
+                return;
+        pipeline_pump(d->pipeline);
+}
+
+/* --- pipeline_ops_t: the pipeline's calls up ----------------------------------- */
+
+static void daemon_pipeline_fail(void *userdata, int status) {
+        daemon_fail(userdata, status);
+}
+
+static void daemon_pipeline_arm_delay(void *userdata, uint64_t deadline_us) {
+        daemon_t *d = userdata;
+
+        sd_event_source_set_time(d->delay_timer, deadline_us);
+        sd_event_source_set_enabled(d->delay_timer, SD_EVENT_ONESHOT);
+}
+
+static void daemon_pipeline_pump_later(void *userdata) {
+        daemon_t *d = userdata;
+
+        sd_event_source_set_enabled(d->defer, SD_EVENT_ONESHOT);
 }
 
 /* --- drain ------------------------------------------------------------------ */
@@ -47,17 +128,19 @@ void daemon_fail(daemon_t *d, int status) {
 static void daemon_log_left(daemon_t *d, const char *why) {
         log_error("%s: %d record(s) in the pipeline, %zu delivery report(s) awaited, %d in the producer; "
                   "their offsets are not committed and they will be redelivered",
-                  why, batch_records_held(d->batch), batch_offsets_pending(d->offsets),
+                  why, daemon_records_in_slots(d), batch_offsets_pending(d->offsets),
                   kafka_producer_outstanding(d->kafka));
 }
 
 static void daemon_check_drained(daemon_t *d) {
+        pipeline_stats_t st;
         errbuf_t err = {};
         int r;
 
         if (!d->draining || d->exit_status)
                 return;
-        if (batch_records_held(d->batch) > 0 || batch_offsets_pending(d->offsets) > 0 ||
+        daemon_stats(d, &st);
+        if (st.records_in_slots > 0 || batch_offsets_pending(d->offsets) > 0 ||
             kafka_producer_outstanding(d->kafka) > 0)
                 return;
         r = kafka_commit_sync(d->kafka, &err);
@@ -67,7 +150,7 @@ static void daemon_check_drained(daemon_t *d) {
         if (r < 0)
                 log_warning("%s", err.msg);
         log_info("Drained in %.1f s: %" PRIu64 " records in, %" PRIu64 " predictions, %" PRIu64 " to the DLQ",
-                 (double)(daemon_now_us() - d->drain_started_us) / 1e6, d->records_in, d->predictions_out, d->dlq_out);
+                 (double)(daemon_now_us() - d->drain_started_us) / 1e6, st.records_in, st.predictions_out, st.dlq_out);
         sd_event_exit(d->event, 0);
 }
 
@@ -86,21 +169,21 @@ static int daemon_on_drain_timeout(sd_event_source *s, uint64_t usec, void *user
 }
 
 static void daemon_begin_drain(daemon_t *d) {
+        pipeline_stats_t st;
         int r;
 
         d->draining = true;
         d->drain_started_us = daemon_now_us();
-        sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", batch_records_held(d->batch));
+        daemon_stats(d, &st);
+        sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", st.records_in_slots);
         daemon_extend_stop(d);
-        log_info("Draining: %d record(s) in the pipeline, %zu held back (redelivered later)",
-                 batch_records_held(d->batch), d->held_len);
-        if (!d->kafka) {
+        log_info("Draining: %d record(s) in the pipeline, %zu held back (redelivered later)", st.records_in_slots,
+                 st.records_held);
+        if (!d->pipeline) {
                 sd_event_exit(d->event, 0);
                 return;
         }
-        pipeline_held_drop(d, NULL);
-        pipeline_update_pause(d);
-        pipeline_flush_filling(d);
+        pipeline_begin_drain(d->pipeline);
         r = sd_event_add_time_relative(d->event, &d->drain_timer, CLOCK_MONOTONIC,
                                        (uint64_t)d->cfg->drain.timeout_s * 1000000ULL, 0, daemon_on_drain_timeout,
                                        d);
@@ -146,20 +229,22 @@ static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_li
         errbuf_t err = {};
         int left = 0;
 
+        if (!d->pipeline)
+                return;         /* not started: nothing was taken */
         d->in_revoke = true;
-        pipeline_held_drop(d, parts);
-        pipeline_flush_filling(d);
-        while (batch_records_held(d->batch) > 0 && !d->exit_status && daemon_now_us() < deadline) {
+        pipeline_held_drop(d->pipeline, parts);
+        pipeline_flush_filling(d->pipeline);
+        while (daemon_records_in_slots(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
                 struct pollfd p = { .fd = engine_completion_fd(d->engine), .events = POLLIN };
 
                 poll(&p, 1, 100);
-                pipeline_reap(d);
+                pipeline_reap(d->pipeline);
                 kafka_poll_producer(d->kafka);
-                pipeline_produce_pending(d);
+                pipeline_produce_pending(d->pipeline);
         }
         while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline)
                 kafka_flush(d->kafka, 100, &left);
-        if (batch_records_held(d->batch) > 0 || batch_offsets_pending(d->offsets) > 0)
+        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
                 log_warning("%s", err.msg);
@@ -175,7 +260,7 @@ static void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_lis
 
 static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         daemon_t *d = userdata;
-        daemon_ticket_t *t = m->_private;
+        pipeline_ticket_t *t = m->_private;     /* ours from here: the pipeline handed it over */
         const char *topic;
         int32_t partition;
         int64_t next;
@@ -223,7 +308,7 @@ static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)s;
         (void)revents;
         kafka_fd_clear(fd);
-        pipeline_pump(d);
+        daemon_pump(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -245,25 +330,18 @@ static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, voi
         (void)s;
         (void)fd;
         (void)revents;
-        pipeline_reap(d);
-        pipeline_pump(d);
+        pipeline_reap(d->pipeline);
+        daemon_pump(d);
         daemon_check_drained(d);
         return 0;
 }
 
 static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
-        uint64_t oldest;
-        int slot = batch_filling(d->batch, &oldest);
 
         (void)s;
         (void)usec;
-        if (slot < 0)
-                return 0;
-        if (oldest + (uint64_t)d->cfg->batching.max_delay_ms * 1000ULL <= daemon_now_us())
-                pipeline_submit(d, slot);
-        else
-                pipeline_arm_delay(d, oldest);
+        pipeline_delay_expired(d->pipeline);
         return 0;
 }
 
@@ -271,26 +349,28 @@ static int daemon_on_defer(sd_event_source *s, void *userdata) {
         daemon_t *d = userdata;
 
         (void)s;
-        pipeline_pump(d);
+        daemon_pump(d);
         return 0;
 }
 
 static void daemon_status(daemon_t *d, uint64_t t) {
         double secs = (double)(t - d->status_last_us) / 1e6;
-        uint64_t nb = d->batches - d->status_last_batches;
+        pipeline_stats_t st;
+        uint64_t nb;
 
         if (secs <= 0)
                 return;
+        daemon_stats(d, &st);
+        nb = st.batches - d->status_last_batches;
         sd_notifyf(0, "STATUS=%.1f records/s, batch %.1f, %d/%d slots busy, %zu deliveries awaited, %" PRIu64
                       " records, %" PRIu64 " to the DLQ",
                    (double)(d->delivered - d->status_last_delivered) / secs,
-                   nb ? (double)(d->batch_records - d->status_last_batch_records) / (double)nb : 0.0,
-                   batch_in_flight(d->batch), batch_depth(d->batch), batch_offsets_pending(d->offsets),
-                   d->records_in, d->dlq_out);
+                   nb ? (double)(st.batch_records - d->status_last_batch_records) / (double)nb : 0.0,
+                   st.slots_in_flight, st.slots, batch_offsets_pending(d->offsets), st.records_in, st.dlq_out);
         d->status_last_us = t;
         d->status_last_delivered = d->delivered;
-        d->status_last_batches = d->batches;
-        d->status_last_batch_records = d->batch_records;
+        d->status_last_batches = st.batches;
+        d->status_last_batch_records = st.batch_records;
 }
 
 static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -303,8 +383,8 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
                 kafka_commit_async(d->kafka);
                 d->stored_uncommitted = false;
         }
-        if (pipeline_produce_pending(d) == 0)
-                pipeline_pump(d);
+        if (pipeline_produce_pending(d->pipeline) == 0)
+                daemon_pump(d);
         daemon_check_drained(d);
         if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
                 daemon_status(d, t);
@@ -317,13 +397,15 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
 static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
         uint64_t t = daemon_now_us();
+        pipeline_stats_t st;
 
         (void)usec;
-        if (batch_in_flight(d->batch) == 0 || t - d->last_progress_us < d->watchdog_usec)
+        daemon_stats(d, &st);
+        if (st.slots_in_flight == 0 || t - st.last_progress_us < d->watchdog_usec)
                 sd_notify(0, "WATCHDOG=1");
         else
                 log_warning("No batch completed for %.1f s: not pinging the watchdog",
-                            (double)(t - d->last_progress_us) / 1e6);
+                            (double)(t - st.last_progress_us) / 1e6);
         sd_event_source_set_time(s, t + d->watchdog_usec / 4);
         return 0;
 }
@@ -331,6 +413,7 @@ static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata)
 /* --- reload ------------------------------------------------------------------------ */
 
 static void daemon_reload(daemon_t *d) {
+        pipeline_stats_t st;
         cfg_change_t changes[64];
         cfg_t *next = NULL;
         errbuf_t err = {};
@@ -344,6 +427,7 @@ static void daemon_reload(daemon_t *d) {
                 goto done;
         }
         cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
+        daemon_stats(d, &st);
         if (n == 0)
                 log_info("Reloaded '%s': nothing changed", d->config_path);
         for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
@@ -358,22 +442,23 @@ static void daemon_reload(daemon_t *d) {
                         d->cfg->service.log_level = next->service.log_level;
                         log_set_level(next->service.log_level);
                 } else if (!strcmp(c->section, "service") && !strcmp(c->key, "top_k")) {
-                        if (next->service.top_k > d->engine_top_k) {
+                        if (pipeline_set_top_k(d->pipeline, next->service.top_k) < 0) {
                                 log_warning("Reload: [service] top_k = %d is above the %d the engine was opened "
                                             "with; this needs a restart, keeping %d",
-                                            next->service.top_k, d->engine_top_k, d->top_k);
+                                            next->service.top_k, st.engine_top_k, st.top_k);
                                 continue;
                         }
-                        d->cfg->service.top_k = d->top_k = next->service.top_k;
+                        d->cfg->service.top_k = next->service.top_k;
                 } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_delay_ms")) {
                         d->cfg->batching.max_delay_ms = next->batching.max_delay_ms;
+                        pipeline_set_max_delay_ms(d->pipeline, next->batching.max_delay_ms);
                 } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
-                        int got = batch_set_limit(d->batch, next->memory.max_batch);
+                        int got = pipeline_set_max_batch(d->pipeline, next->memory.max_batch);
 
                         d->cfg->memory.max_batch = next->memory.max_batch;
                         if (got != next->memory.max_batch)
                                 log_warning("Reload: [memory] max_batch = %d is above the plan's %d; using %d",
-                                            next->memory.max_batch, batch_capacity(d->batch), got);
+                                            next->memory.max_batch, st.batch_capacity, got);
                 } else if (!strcmp(c->section, "drain") && !strcmp(c->key, "timeout_s")) {
                         d->cfg->drain.timeout_s = next->drain.timeout_s;
                 } else {
@@ -450,21 +535,10 @@ void daemon_free(daemon_t *d) {
         if (!d)
                 return;
         /* Every message goes before its handle (rd_kafka_destroy waits for
-         * them): the held ones, and those slots still own after an abort
-         * (the engine copied their bytes and never reads the messages). */
-        pipeline_held_drop(d, NULL);
-        if (d->batch)
-                for (int s = 0; s < batch_depth(d->batch); s++) {
-                        if (batch_slot_state(d->batch, s) == BATCH_SLOT_FREE)
-                                continue;
-                        for (int i = 0; i < batch_slot_count(d->batch, s); i++) {
-                                batch_entry_t *e = batch_slot_entry(d->batch, s, i);
-
-                                if (e->msg)
-                                        rd_kafka_message_destroy(e->msg);
-                                e->msg = NULL;
-                        }
-                }
+         * them): the pipeline destroys those it holds. It borrows the engine,
+         * Kafka and the offset store, so it goes first. */
+        pipeline_free(d->pipeline);
+        d->pipeline = NULL;
         /* Then Kafka, before the rest: its callbacks point into d. */
         kafka_free(d->kafka);
         d->kafka = NULL;
@@ -483,10 +557,7 @@ void daemon_free(daemon_t *d) {
         engine_free(d->engine);
         labels_free(d->labels);
         model_free(d->model);
-        batch_free(d->batch);
         batch_offsets_free(d->offsets);
-        free(d->slot_produced);
-        free(d->held);
         cfg_free(d->cfg);
         free(d->config_path);
         free(d);
@@ -534,6 +605,13 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 .delivered = daemon_on_delivered,
                 .fatal = daemon_on_fatal,
         };
+        const pipeline_ops_t ops = {
+                .fail = daemon_pipeline_fail,
+                .arm_delay = daemon_pipeline_arm_delay,
+                .pump_later = daemon_pipeline_pump_later,
+        };
+        pipeline_config_t pcfg;
+        pipeline_stats_t st;
         engine_options_t o;
         kafka_limits_t lim;
         const plan_t *plan;
@@ -586,24 +664,6 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         log_info("Engine %s %s: batch %d, %d slots, device plan %s", engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine), engine_slots(d->engine),
                  units_format_size(plan->total_bytes, size, sizeof(size)));
-        d->engine_top_k = plan->top_k;
-        d->top_k = d->cfg->service.top_k < d->engine_top_k ? d->cfg->service.top_k : d->engine_top_k;
-        d->meta = (prediction_meta_t){
-                .model_id = d->model->id,
-                .backend = engine_backend(d->engine),
-                .precision = precision_name(engine_precision(d->engine)),
-                .instance = d->cfg->service.instance,
-                .labels = d->labels,
-        };
-
-        r = batch_new(&d->batch, engine_slots(d->engine), engine_max_batch(d->engine));
-        if (r < 0)
-                return errbuf_set(err, r, "Failed to set up the batcher: %s", strerror(-r));
-        batch_set_limit(d->batch, d->cfg->memory.max_batch);
-        d->slot_produced = calloc((size_t)engine_slots(d->engine), sizeof(int));
-        if (!d->slot_produced)
-                return -ENOMEM;
-
         /* What the host budget leaves after the pinned buffers bounds the
          * records librdkafka may prefetch. */
         kafka_bytes = d->cfg->memory.host_budget_bytes > plan->pinned_host_bytes
@@ -613,6 +673,30 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;
+
+        /* The pipeline borrows what it is given here (the topic strings and
+         * the meta's strings live in d->cfg, d->model and d->engine, which
+         * outlive it: daemon_free frees it first). */
+        pcfg = (pipeline_config_t){
+                .engine = d->engine,
+                .kafka = d->kafka,
+                .offsets = d->offsets,
+                .output_topic = d->cfg->kafka.output_topic,
+                .dlq_topic = d->cfg->kafka.dlq_topic,
+                .max_batch = d->cfg->memory.max_batch,
+                .top_k = d->cfg->service.top_k,
+                .max_delay_ms = d->cfg->batching.max_delay_ms,
+                .meta = {
+                        .model_id = d->model->id,
+                        .backend = engine_backend(d->engine),
+                        .precision = precision_name(engine_precision(d->engine)),
+                        .instance = d->cfg->service.instance,
+                        .labels = d->labels,
+                },
+        };
+        r = pipeline_new(&d->pipeline, &pcfg, &ops, d);
+        if (r < 0)
+                return errbuf_set(err, r, "Failed to set up the pipeline: %s", strerror(-r));
 
         if ((r = sd_event_add_io(d->event, &d->consumer_io, kafka_consumer_fd(d->kafka), EPOLLIN,
                                  daemon_on_consumer_io, d)) < 0 ||
@@ -640,12 +724,12 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         if (r < 0)
                 return r;
         d->started = true;
-        d->status_last_us = d->last_progress_us = daemon_now_us();
+        d->status_last_us = daemon_now_us();
         log_info("Consuming '%s' from %s as group '%s': predictions to '%s', refused records to '%s'",
                  d->cfg->kafka.input_topic, d->cfg->kafka.brokers, d->cfg->kafka.group_id,
                  d->cfg->kafka.output_topic, d->cfg->kafka.dlq_topic);
-        sd_notifyf(0, "READY=1\nSTATUS=Consuming %s, batch up to %d", d->cfg->kafka.input_topic,
-                   batch_limit(d->batch));
+        pipeline_get_stats(d->pipeline, &st);
+        sd_notifyf(0, "READY=1\nSTATUS=Consuming %s, batch up to %d", d->cfg->kafka.input_topic, st.batch_limit);
         return 0;
 }
 

@@ -1,75 +1,114 @@
-/* pipeline: the records' path through the daemon, on the event loop thread.
+/* pipeline: the records' path through the daemon, on the event loop
+ * thread. See pipeline.h for the interface and the path; this file holds the
+ * held queue, the producing of predictions and DLQ copies, submitting and
+ * reaping the engine's slots, and taking records from the consumer.
  *
- *   consumer -> pipeline_pump -> take: classify
- *        bad  -> produce a copy to the DLQ                (tracked offset)
- *        good -> batch_add + copy into the engine's slot  (tracked offset)
- *   slot full (or the delay timer, in daemon.c) -> engine_submit
- *   engine fd -> pipeline_reap -> one prediction per record
- *
- * A record that cannot be placed (every slot busy, or the producer's queue
- * full) waits in `held`, in order, and fetching is paused until there is
- * room. Delivery reports, offsets, commits, signals and the life cycle are in
- * daemon.c; the data structures in batch.c. */
+ * It knows nothing of daemon.c (it includes no daemon.h): what it needs from
+ * its owner goes through pipeline_ops_t, so the daemon depends on the
+ * pipeline and not the other way round. Delivery reports, offsets,
+ * commits, signals and the life cycle are in daemon.c; the data structures
+ * in batch.c. */
+#include "daemon/pipeline.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "daemon/daemon-internal.h"
 #include "daemon/log.h"
 #include "core/record.h"
 
 #define PIPELINE_PUMP_BUDGET 512
 
+struct pipeline {
+        pipeline_ops_t ops;             /* copied */
+        void *userdata;                 /* the owner's, handed back to ops */
+
+        engine_t *engine;               /* borrowed */
+        kafka_t *kafka;                 /* borrowed */
+        batch_offsets_t *offsets;       /* borrowed */
+        const char *output_topic;       /* borrowed */
+        const char *dlq_topic;          /* borrowed */
+        batch_t *batch;                 /* owned; the slots' entries own their messages */
+        prediction_meta_t meta;
+        int engine_top_k;               /* the top-k the engine computes (a live top_k may only go below) */
+        int top_k;                      /* live */
+        int max_delay_ms;               /* live */
+        int *slot_produced;             /* (depth) records of a DONE slot already produced */
+
+        /* Records consumed but not placed yet, in order (a ring); owned. */
+        rd_kafka_message_t **held;
+        size_t held_head, held_len, held_cap;
+
+        bool draining;                  /* pipeline_begin_drain: take no more records */
+
+        /* Counted here, read by the owner through pipeline_get_stats. */
+        uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
+        uint64_t last_progress_us;      /* last completion, or when the engine left idle */
+};
+
+uint64_t pipeline_now_us(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Asks the owner to stop with a failure; the caller has logged why. */
+static void pipeline_fail(pipeline_t *p, int status) {
+        p->ops.fail(p->userdata, status);
+}
+
 /* --- the held queue ------------------------------------------------------- */
 
-static int pipeline_held_push(daemon_t *d, rd_kafka_message_t *m) {
-        if (d->held_len == d->held_cap) {
-                size_t cap = d->held_cap ? d->held_cap * 2 : 256;
+static int pipeline_held_push(pipeline_t *p, rd_kafka_message_t *m) {
+        if (p->held_len == p->held_cap) {
+                size_t cap = p->held_cap ? p->held_cap * 2 : 256;
                 rd_kafka_message_t **h = malloc(cap * sizeof(*h));
 
                 if (!h)
                         return -ENOMEM;
-                for (size_t i = 0; i < d->held_len; i++)
-                        h[i] = d->held[(d->held_head + i) % d->held_cap];
-                free(d->held);
-                d->held = h;
-                d->held_cap = cap;
-                d->held_head = 0;
+                for (size_t i = 0; i < p->held_len; i++)
+                        h[i] = p->held[(p->held_head + i) % p->held_cap];
+                free(p->held);
+                p->held = h;
+                p->held_cap = cap;
+                p->held_head = 0;
         }
-        d->held[(d->held_head + d->held_len) % d->held_cap] = m;
-        d->held_len++;
+        p->held[(p->held_head + p->held_len) % p->held_cap] = m;
+        p->held_len++;
         return 0;
 }
 
-static rd_kafka_message_t *pipeline_held_front(daemon_t *d) {
-        return d->held_len ? d->held[d->held_head] : NULL;
+static rd_kafka_message_t *pipeline_held_front(pipeline_t *p) {
+        return p->held_len ? p->held[p->held_head] : NULL;
 }
 
-static void pipeline_held_pop(daemon_t *d) {
-        assert(d->held_len > 0);
-        d->held_head = (d->held_head + 1) % d->held_cap;
-        d->held_len--;
+static void pipeline_held_pop(pipeline_t *p) {
+        assert(p->held_len > 0);
+        p->held_head = (p->held_head + 1) % p->held_cap;
+        p->held_len--;
 }
 
 /* Drops held records (all, or those of the listed partitions): they were
  * never tracked, so their offsets are not committed and they come back. */
-void pipeline_held_drop(daemon_t *d, const rd_kafka_topic_partition_list_t *parts) {
-        size_t n = d->held_len;
+void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *parts) {
+        size_t n = p->held_len;
 
         for (size_t i = 0; i < n; i++) {
-                rd_kafka_message_t *m = pipeline_held_front(d);
+                rd_kafka_message_t *m = pipeline_held_front(p);
                 bool drop = !parts;
 
-                pipeline_held_pop(d);
+                pipeline_held_pop(p);
                 if (parts && rd_kafka_topic_partition_list_find(parts, rd_kafka_topic_name(m->rkt), m->partition))
                         drop = true;
                 if (drop)
                         rd_kafka_message_destroy(m);
                 else
-                        pipeline_held_push(d, m);  /* cannot fail: the ring has room */
+                        pipeline_held_push(p, m);  /* cannot fail: the ring has room */
         }
 }
 
@@ -94,8 +133,8 @@ static rd_kafka_headers_t *pipeline_source_headers(const rd_kafka_message_t *m) 
         return h;
 }
 
-static daemon_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dlq) {
-        daemon_ticket_t *t = calloc(1, sizeof(*t));
+static pipeline_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dlq) {
+        pipeline_ticket_t *t = calloc(1, sizeof(*t));
 
         if (t) {
                 t->offset = m->offset;
@@ -107,8 +146,8 @@ static daemon_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dl
 
 /* Starts tracking m's offset. Returns the partition id, or 0 when it cannot
  * be tracked (its delivery then stores nothing). */
-static int pipeline_track(daemon_t *d, const rd_kafka_message_t *m) {
-        int id = batch_offsets_track(d->offsets, rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+static int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m) {
+        int id = batch_offsets_track(p->offsets, rd_kafka_topic_name(m->rkt), m->partition, m->offset);
 
         if (id > 0)
                 return id;
@@ -121,9 +160,9 @@ static int pipeline_track(daemon_t *d, const rd_kafka_message_t *m) {
 
 /* Sends a refused record to the DLQ with its key, value and headers, plus
  * inferd-error and inferd-error-detail. Consumes m on success. */
-static int pipeline_dead_letter(daemon_t *d, rd_kafka_message_t *m, const char *code, const char *detail) {
+static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
         rd_kafka_headers_t *in = NULL, *h;
-        daemon_ticket_t *t;
+        pipeline_ticket_t *t;
         errbuf_t err = {};
         int r;
 
@@ -152,18 +191,18 @@ static int pipeline_dead_letter(daemon_t *d, rd_kafka_message_t *m, const char *
         }
         rd_kafka_header_add(h, "inferd-error", -1, code, -1);
         rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
-        r = kafka_produce(d->kafka, d->cfg->kafka.dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
+        r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
         if (r < 0) {
                 if (r != -ENOBUFS)
                         log_error("%s", err.msg);
                 goto fail;
         }
         /* h and t belong to librdkafka now. */
-        t->part_id = pipeline_track(d, m);
-        d->dlq_out++;
+        t->part_id = pipeline_track(p, m);
+        p->dlq_out++;
         log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
                                        LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
-                      "Record refused, sent to '%s': %s", d->cfg->kafka.dlq_topic, detail);
+                      "Record refused, sent to '%s': %s", p->dlq_topic, detail);
         rd_kafka_message_destroy(m);
         return 0;
 fail:
@@ -175,24 +214,24 @@ fail:
 
 /* Produces the predictions of a DONE slot, from where it stopped; releases
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the
- * poll timer retries). Other errors are fatal. */
-static int pipeline_produce_slot(daemon_t *d, int slot) {
-        const engine_topk_t *top = engine_slot_topk(d->engine, slot); /* (n, engine_top_k) */
-        int n = batch_slot_count(d->batch, slot);
-        uint64_t t_now = daemon_now_us();
+ * owner retries with pipeline_produce_pending). Other errors are fatal. */
+static int pipeline_produce_slot(pipeline_t *p, int slot) {
+        const engine_topk_t *top = engine_slot_topk(p->engine, slot); /* (n, engine_top_k) */
+        int n = batch_slot_count(p->batch, slot);
+        uint64_t t_now = pipeline_now_us();
         errbuf_t err = {};
         int r;
 
-        for (int i = d->slot_produced[slot]; i < n; i++) {
-                batch_entry_t *e = batch_slot_entry(d->batch, slot, i);
+        for (int i = p->slot_produced[slot]; i < n; i++) {
+                batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
                 rd_kafka_message_t *m = e->msg;
                 rd_kafka_headers_t *h = pipeline_source_headers(m);
-                daemon_ticket_t *t = pipeline_ticket_new(m, false);
+                pipeline_ticket_t *t = pipeline_ticket_new(m, false);
                 char *json = NULL;
                 int len;
 
-                len = prediction_format(&json, top + (size_t)i * d->engine_top_k, d->top_k,
-                                        (double)(t_now - e->arrived_us) / 1000.0, &d->meta);
+                len = prediction_format(&json, top + (size_t)i * p->engine_top_k, p->top_k,
+                                        (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
                 if (!h || !t || len < 0) {
                         r = -ENOMEM;
                         log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset,
@@ -200,7 +239,7 @@ static int pipeline_produce_slot(daemon_t *d, int slot) {
                         goto fail;
                 }
                 t->part_id = e->tag;
-                r = kafka_produce(d->kafka, d->cfg->kafka.output_topic, m->key, m->key_len, json, (size_t)len, h,
+                r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h,
                                   t, &err);
                 free(json);
                 if (r < 0) {
@@ -208,39 +247,39 @@ static int pipeline_produce_slot(daemon_t *d, int slot) {
                                 log_error("%s", err.msg);
                         rd_kafka_headers_destroy(h);
                         free(t);
-                        d->slot_produced[slot] = i;
+                        p->slot_produced[slot] = i;
                         return r;
                 }
                 /* h and t belong to librdkafka now. */
                 rd_kafka_message_destroy(m);
                 e->msg = NULL;
-                d->predictions_out++;
+                p->predictions_out++;
                 continue;
 fail:
                 if (h)
                         rd_kafka_headers_destroy(h);
                 free(t);
                 free(json);
-                d->slot_produced[slot] = i;
+                p->slot_produced[slot] = i;
                 return r;
         }
-        d->slot_produced[slot] = 0;
-        batch_release(d->batch, slot);
+        p->slot_produced[slot] = 0;
+        batch_release(p->batch, slot);
         return 0;
 }
 
 /* Retries every DONE slot. Returns -ENOBUFS while the producer is full. */
-int pipeline_produce_pending(daemon_t *d) {
-        for (int s = 0; s < batch_depth(d->batch); s++) {
+int pipeline_produce_pending(pipeline_t *p) {
+        for (int s = 0; s < batch_depth(p->batch); s++) {
                 int r;
 
-                if (batch_slot_state(d->batch, s) != BATCH_SLOT_DONE)
+                if (batch_slot_state(p->batch, s) != BATCH_SLOT_DONE)
                         continue;
-                r = pipeline_produce_slot(d, s);
+                r = pipeline_produce_slot(p, s);
                 if (r == -ENOBUFS)
                         return r;
                 if (r < 0) {
-                        daemon_fail(d, 1);
+                        pipeline_fail(p, 1);
                         return r;
                 }
         }
@@ -249,63 +288,78 @@ int pipeline_produce_pending(daemon_t *d) {
 
 /* --- the engine ------------------------------------------------------------ */
 
-int pipeline_submit(daemon_t *d, int slot) {
+/* Submits a FILLING slot. Returns 0, or -errno after ops->fail. */
+static int pipeline_submit(pipeline_t *p, int slot) {
         errbuf_t err = {};
         int n, r;
 
-        if (batch_in_flight(d->batch) == 0)
-                d->last_progress_us = daemon_now_us();
-        n = batch_submit(d->batch, slot);
-        r = engine_submit(d->engine, slot, n, &err);
+        if (batch_in_flight(p->batch) == 0)
+                p->last_progress_us = pipeline_now_us();
+        n = batch_submit(p->batch, slot);
+        r = engine_submit(p->engine, slot, n, &err);
         if (r < 0) {
                 log_error("Failed to submit a batch of %d: %s", n, err.msg);
-                daemon_fail(d, 1);
+                pipeline_fail(p, 1);
                 return r;
         }
-        d->batches++;
-        d->batch_records += (uint64_t)n;
+        p->batches++;
+        p->batch_records += (uint64_t)n;
         log_debug_f(((log_fields_t){ LOG_BATCH(n) }), "Submitted slot %d", slot);
         return 0;
 }
 
-void pipeline_arm_delay(daemon_t *d, uint64_t oldest_us) {
-        sd_event_source_set_time(d->delay_timer, oldest_us + (uint64_t)d->cfg->batching.max_delay_ms * 1000ULL);
-        sd_event_source_set_enabled(d->delay_timer, SD_EVENT_ONESHOT);
+/* (Re)arms the owner's batch-delay timer for a slot whose first record
+ * came at oldest_us. */
+static void pipeline_arm_delay(pipeline_t *p, uint64_t oldest_us) {
+        p->ops.arm_delay(p->userdata, oldest_us + (uint64_t)p->max_delay_ms * 1000ULL);
 }
 
-/* Submits the FILLING slot, if any. */
-void pipeline_flush_filling(daemon_t *d) {
-        int slot = batch_filling(d->batch, NULL);
+void pipeline_flush_filling(pipeline_t *p) {
+        int slot = batch_filling(p->batch, NULL);
 
         if (slot >= 0)
-                pipeline_submit(d, slot);
+                pipeline_submit(p, slot);
+}
+
+/* The deadline is checked again: max_delay_ms may have been lowered or the
+ * slot submitted and another started since the timer was armed. */
+void pipeline_delay_expired(pipeline_t *p) {
+        uint64_t oldest;
+        int slot = batch_filling(p->batch, &oldest);
+
+        if (slot < 0)
+                return;
+        if (oldest + (uint64_t)p->max_delay_ms * 1000ULL <= pipeline_now_us())
+                pipeline_submit(p, slot);
+        else
+                pipeline_arm_delay(p, oldest);
 }
 
 /* Takes every completed slot and produces its predictions. */
-int pipeline_reap(daemon_t *d) {
+int pipeline_reap(pipeline_t *p) {
         errbuf_t err = {};
         int slot, r;
 
         for (;;) {
-                r = engine_reap(d->engine, &slot, &err);
+                r = engine_reap(p->engine, &slot, &err);
                 if (r < 0) {
                         log_error("The engine failed: %s", err.msg);
-                        daemon_fail(d, 1);
+                        pipeline_fail(p, 1);
                         return r;
                 }
                 if (r == 0)
                         break;
-                if (batch_complete(d->batch, slot) < 0) {
+                if (batch_complete(p->batch, slot) < 0) {
                         log_error("The engine completed slot %d, which was not in flight", slot);
                         continue;
                 }
-                d->last_progress_us = daemon_now_us();
-                log_debug_f(((log_fields_t){ LOG_BATCH(batch_slot_count(d->batch, slot)) }), "Slot %d complete",
+                p->last_progress_us = pipeline_now_us();
+                log_debug_f(((log_fields_t){ LOG_BATCH(batch_slot_count(p->batch, slot)) }), "Slot %d complete",
                             slot);
-                d->slot_produced[slot] = 0;
-                r = pipeline_produce_slot(d, slot);
+                p->slot_produced[slot] = 0;
+                r = pipeline_produce_slot(p, slot);
                 if (r < 0 && r != -ENOBUFS) {
-                        daemon_fail(d, 1);
+                        pipeline_fail(p, 1);
                         return r;
                 }
         }
@@ -316,7 +370,7 @@ int pipeline_reap(daemon_t *d) {
 
 /* Handles one consumed message. Returns 0 when it was handled (and
  * consumed), -ENOBUFS when it cannot be placed now (the caller keeps it). */
-static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
+static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         rd_kafka_headers_t *hdrs = NULL;
         const void *ct = NULL;
         size_t ct_len = 0;
@@ -329,13 +383,13 @@ static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
         if (m->err) {
                 if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
                         log_error("Kafka consumer fatal error: %s", rd_kafka_message_errstr(m));
-                        daemon_fail(d, 1);
+                        pipeline_fail(p, 1);
                 } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                         log_warning("Kafka consumer: %s", rd_kafka_message_errstr(m));
                 rd_kafka_message_destroy(m);
                 return 0;
         }
-        if (d->draining) {
+        if (p->draining) {
                 /* Not tracked, so not committed: the next owner gets it. */
                 rd_kafka_message_destroy(m);
                 return 0;
@@ -345,44 +399,45 @@ static int pipeline_take(daemon_t *d, rd_kafka_message_t *m) {
 
         r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         if (r < 0) {
-                r = pipeline_dead_letter(d, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
+                r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
                 if (r == -ENOBUFS)
                         return r;
                 if (r < 0) {
                         /* Tracked and never done: no later offset of its
                          * partition is stored, so it is redelivered. */
-                        pipeline_track(d, m);
+                        pipeline_track(p, m);
                         rd_kafka_message_destroy(m);
-                        daemon_fail(d, 1);
+                        pipeline_fail(p, 1);
                         return 0;
                 }
-                d->records_in++;
+                p->records_in++;
                 return 0;
         }
-        if (batch_is_busy(d->batch))
+        if (batch_is_busy(p->batch))
                 return -ENOBUFS;
 
-        full = batch_add(d->batch, m, daemon_now_us(), &slot, &idx);
+        full = batch_add(p->batch, m, pipeline_now_us(), &slot, &idx);
         assert(full >= 0);
-        e = batch_slot_entry(d->batch, slot, idx);
-        e->tag = pipeline_track(d, m);
+        e = batch_slot_entry(p->batch, slot, idx);
+        e->tag = pipeline_track(p, m);
         /* The record's bytes go straight into the slot's (pinned) input. */
-        memcpy(engine_slot_record(d->engine, slot, idx), m->payload, m->len);
-        engine_slot_set_format(d->engine, slot, idx, fmt);
-        d->records_in++;
+        memcpy(engine_slot_record(p->engine, slot, idx), m->payload, m->len);
+        engine_slot_set_format(p->engine, slot, idx, fmt);
+        p->records_in++;
         if (full)
-                pipeline_submit(d, slot);
+                pipeline_submit(p, slot);
         else if (idx == 0)
-                pipeline_arm_delay(d, e->arrived_us);
+                pipeline_arm_delay(p, e->arrived_us);
         return 0;
 }
 
-void pipeline_update_pause(daemon_t *d) {
-        bool want = d->draining || d->held_len > 0;
+/* Pauses fetching while records are held or a drain runs; resumes after. */
+static void pipeline_update_pause(pipeline_t *p) {
+        bool want = p->draining || p->held_len > 0;
 
-        if (kafka_is_paused(d->kafka) != want) {
-                kafka_set_paused(d->kafka, want);
-                log_debug("%s fetching (%zu records held)", want ? "Paused" : "Resumed", d->held_len);
+        if (kafka_is_paused(p->kafka) != want) {
+                kafka_set_paused(p->kafka, want);
+                log_debug("%s fetching (%zu records held)", want ? "Paused" : "Resumed", p->held_len);
         }
 }
 
@@ -390,33 +445,31 @@ void pipeline_update_pause(daemon_t *d) {
  * pipeline until it is full or the queue is empty. Serving the consumer
  * queue also runs rebalances and keeps max.poll.interval.ms satisfied, so
  * it goes on (into `held`) while the pipeline is full. */
-void pipeline_pump(daemon_t *d) {
+void pipeline_pump(pipeline_t *p) {
         bool blocked = false;
         int budget = PIPELINE_PUMP_BUDGET;
 
-        if (d->in_revoke || !d->kafka)
-                return;
         while (budget-- > 0) {
                 rd_kafka_message_t *m;
 
-                while (!blocked && d->held_len > 0) {
-                        m = pipeline_held_front(d);
-                        if (d->draining) {
-                                pipeline_held_drop(d, NULL);
+                while (!blocked && p->held_len > 0) {
+                        m = pipeline_held_front(p);
+                        if (p->draining) {
+                                pipeline_held_drop(p, NULL);
                                 break;
                         }
-                        if (pipeline_take(d, m) == -ENOBUFS)
+                        if (pipeline_take(p, m) == -ENOBUFS)
                                 blocked = true;
                         else
-                                pipeline_held_pop(d);
+                                pipeline_held_pop(p);
                 }
-                if (kafka_consume(d->kafka, &m) <= 0)
+                if (kafka_consume(p->kafka, &m) <= 0)
                         break;
-                if (blocked || d->held_len > 0 || pipeline_take(d, m) == -ENOBUFS) {
-                        if (pipeline_held_push(d, m) < 0) {
+                if (blocked || p->held_len > 0 || pipeline_take(p, m) == -ENOBUFS) {
+                        if (pipeline_held_push(p, m) < 0) {
                                 log_error("Out of memory holding a record");
                                 rd_kafka_message_destroy(m);
-                                daemon_fail(d, 1);
+                                pipeline_fail(p, 1);
                                 return;
                         }
                         blocked = true;
@@ -425,10 +478,115 @@ void pipeline_pump(daemon_t *d) {
                          * from the held record on resume), so `held` stays at
                          * the records taken before the pause, and the loop
                          * goes on serving rebalances and other events. */
-                        pipeline_update_pause(d);
+                        pipeline_update_pause(p);
                 }
         }
         if (budget < 0)
-                sd_event_source_set_enabled(d->defer, SD_EVENT_ONESHOT);
-        pipeline_update_pause(d);
+                p->ops.pump_later(p->userdata);
+        pipeline_update_pause(p);
+}
+
+void pipeline_begin_drain(pipeline_t *p) {
+        p->draining = true;
+        pipeline_held_drop(p, NULL);
+        pipeline_update_pause(p);
+        pipeline_flush_filling(p);
+}
+
+/* --- life cycle, live settings, statistics ------------------------------------- */
+
+int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_ops_t *ops, void *userdata) {
+        pipeline_t *p;
+        int r;
+
+        assert(ret && cfg && ops && ops->fail && ops->arm_delay && ops->pump_later);
+        assert(cfg->engine && cfg->kafka && cfg->offsets && cfg->output_topic && cfg->dlq_topic);
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->ops = *ops;
+        p->userdata = userdata;
+        p->engine = cfg->engine;
+        p->kafka = cfg->kafka;
+        p->offsets = cfg->offsets;
+        p->output_topic = cfg->output_topic;
+        p->dlq_topic = cfg->dlq_topic;
+        p->meta = cfg->meta;
+        p->engine_top_k = engine_plan_of(cfg->engine)->top_k;
+        p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
+        p->max_delay_ms = cfg->max_delay_ms;
+        p->last_progress_us = pipeline_now_us();
+        r = batch_new(&p->batch, engine_slots(cfg->engine), engine_max_batch(cfg->engine));
+        if (r < 0)
+                goto fail;
+        batch_set_limit(p->batch, cfg->max_batch);
+        p->slot_produced = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
+        if (!p->slot_produced) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        *ret = p;
+        return 0;
+fail:
+        pipeline_free(p);
+        return r;
+}
+
+void pipeline_free(pipeline_t *p) {
+        if (!p)
+                return;
+        pipeline_held_drop(p, NULL);
+        if (p->batch)
+                for (int s = 0; s < batch_depth(p->batch); s++) {
+                        if (batch_slot_state(p->batch, s) == BATCH_SLOT_FREE)
+                                continue;
+                        for (int i = 0; i < batch_slot_count(p->batch, s); i++) {
+                                batch_entry_t *e = batch_slot_entry(p->batch, s, i);
+
+                                if (e->msg)
+                                        rd_kafka_message_destroy(e->msg);
+                                e->msg = NULL;
+                        }
+                }
+        batch_free(p->batch);
+        free(p->slot_produced);
+        free(p->held);
+        free(p);
+}
+
+int pipeline_set_top_k(pipeline_t *p, int top_k) {
+        if (top_k > p->engine_top_k)
+                return -ERANGE;
+        p->top_k = top_k;
+        return 0;
+}
+
+void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms) {
+        p->max_delay_ms = max_delay_ms;
+}
+
+int pipeline_set_max_batch(pipeline_t *p, int max_batch) {
+        return batch_set_limit(p->batch, max_batch);
+}
+
+void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
+        *ret = (pipeline_stats_t){};
+        if (!p)
+                return;
+        *ret = (pipeline_stats_t){
+                .records_in = p->records_in,
+                .predictions_out = p->predictions_out,
+                .dlq_out = p->dlq_out,
+                .batches = p->batches,
+                .batch_records = p->batch_records,
+                .slots = batch_depth(p->batch),
+                .slots_in_flight = batch_in_flight(p->batch),
+                .records_in_slots = batch_records_held(p->batch),
+                .records_held = p->held_len,
+                .batch_limit = batch_limit(p->batch),
+                .batch_capacity = batch_capacity(p->batch),
+                .top_k = p->top_k,
+                .engine_top_k = p->engine_top_k,
+                .last_progress_us = p->last_progress_us,
+        };
 }

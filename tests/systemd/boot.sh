@@ -4,19 +4,28 @@
 # The namespaces share the host's filesystem, and a booting systemd sets up
 # what it believes is its own machine: systemd-tmpfiles would empty the host's
 # /tmp, systemd-sysctl would write the host's kernel settings, the journal
-# would land in the host's /var/log/journal. So: tmpfs over every directory
-# systemd or the test writes (/tmp, /var/tmp, the journal, systemd's state, and
-# the install targets /usr/local, /etc/inferd, /var/lib/inferd), and the units
-# that touch shared state masked by bind-mounting /dev/null over them. The
-# target is basic.target, so nothing else of the host's starts.
+# would land in the host's /var/log/journal. And the test installs the Debian
+# package with apt, which writes /usr, /etc and dpkg's and apt's state under
+# /var. So:
+#   - an overlay over /usr, /etc and /var, its upper layer on a tmpfs: the
+#     host's files show through, every write (dpkg's database, apt's locks
+#     and logs, the package's files, the user sysusers adds to /etc/passwd)
+#     goes to the tmpfs and is gone with the namespaces. dpkg and apt lock
+#     their copies, never the host's files, so a host apt is not blocked;
+#   - a tmpfs over /tmp, /var/tmp, the journal, systemd's state, /etc/inferd
+#     and /var/lib/inferd, so that the test starts from empty folders;
+#   - the units that touch shared state masked by bind-mounting /dev/null
+#     over them. The target is basic.target, so nothing else of the host's
+#     starts.
 #
 # KEEP_PATHS (from the environment) names folders that must stay visible
 # although they may lie under one of those directories: the checkout and its
 # build folder, which may well be in /tmp. Each is bind-mounted aside (on a
-# tmpfs over /mnt, private to these namespaces) before the tmpfs mounts and
+# tmpfs over /mnt, private to these namespaces) before the other mounts and
 # bound back in place after them.
 set -e
-covered="/tmp /var/tmp /var/log/journal /var/lib/systemd /usr/local /etc/inferd /var/lib/inferd"
+overlaid="/usr /etc /var"
+covered="/tmp /var/tmp /var/log/journal /var/lib/systemd /etc/inferd /var/lib/inferd"
 mount -t tmpfs -o mode=0755 tmpfs /mnt
 n=0
 for p in ${KEEP_PATHS:-}; do
@@ -24,7 +33,13 @@ for p in ${KEEP_PATHS:-}; do
         mkdir -p "/mnt/keep$n"
         mount --bind "$p" "/mnt/keep$n"
 done
+for d in $overlaid; do
+        mkdir -p "/mnt/overlay$d/upper" "/mnt/overlay$d/work"
+        mount -t overlay overlay -o "lowerdir=$d,upperdir=/mnt/overlay$d/upper,workdir=/mnt/overlay$d/work" "$d"
+done
 for d in $covered; do
+        # Made in the overlay when the host lacks it: the host gets no folder.
+        mkdir -p "$d"
         mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
 chmod 1777 /tmp /var/tmp

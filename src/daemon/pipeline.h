@@ -1,0 +1,149 @@
+/* pipeline: the records' path, on the event loop thread.
+ *
+ *   consumer -> pipeline_pump -> take: classify
+ *        bad  -> produce a copy to the DLQ                (tracked offset)
+ *        good -> batch_add + copy into the engine's slot  (tracked offset)
+ *   slot full (or pipeline_delay_expired) -> engine_submit
+ *   engine fd -> pipeline_reap -> one prediction per record
+ *
+ * A record that cannot be placed (every slot busy, or the producer's queue
+ * full) waits, in order, among the held records, and fetching is paused
+ * until there is room.
+ *
+ * The pipeline knows nothing of its owner (the daemon): what it needs from
+ * it goes up through pipeline_ops_t (stop with a failure, arm the
+ * batch-delay timer, pump again soon), and the owner reads its counters with
+ * pipeline_get_stats. It borrows the engine, the Kafka handles and the
+ * offset store; it owns the batcher (batch_t) and the records it holds.
+ *
+ * Not here: delivery reports, storing and committing offsets, rebalances,
+ * signals, the life cycle (daemon.c); the data structures (batch.c). */
+#ifndef INFERD_PIPELINE_H
+#define INFERD_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "daemon/batch.h"
+#include "daemon/kafka.h"
+#include "engine/engine.h"
+#include "engine/prediction.h"
+
+typedef struct pipeline pipeline_t;
+
+/* The opaque of every record the pipeline produces (kafka_produce's, then
+ * the delivery report's m->_private). Allocated here with malloc; from a
+ * successful kafka_produce on, whoever handles the delivery report owns it
+ * and frees it with free(). */
+typedef struct pipeline_ticket {
+        int part_id;            /* batch_offsets id; 0 = untracked (store nothing) */
+        int64_t offset;         /* of the source record */
+        int32_t partition;
+        bool dlq;               /* a DLQ copy, not a prediction */
+} pipeline_ticket_t;
+
+/* Calls up to the owner. All run on the loop thread, from inside the
+ * pipeline_ call that needs them; none may call back into the pipeline. */
+typedef struct pipeline_ops {
+        /* The pipeline cannot go on (the engine failed, a fatal consumer
+         * error, out of memory): stop with this exit status. Why was logged. */
+        void (*fail)(void *userdata, int status);
+        /* Call pipeline_delay_expired once at deadline_us (the clock of
+         * pipeline_now_us), replacing any earlier deadline. */
+        void (*arm_delay)(void *userdata, uint64_t deadline_us);
+        /* The pump stopped on its budget with records maybe still queued:
+         * call pipeline_pump again soon, after the other pending events. */
+        void (*pump_later)(void *userdata);
+} pipeline_ops_t;
+
+typedef struct pipeline_config {
+        engine_t *engine;               /* borrowed: slots, submit, reap, top-k results */
+        kafka_t *kafka;                 /* borrowed: consume, produce, pause */
+        batch_offsets_t *offsets;       /* borrowed: shared with the delivery reports */
+        const char *output_topic;       /* borrowed; must outlive the pipeline */
+        const char *dlq_topic;          /* borrowed; must outlive the pipeline */
+        int max_batch;                  /* the batch limit, clamped to the engine's batch */
+        int top_k;                      /* classes per prediction, clamped to the engine's top-k */
+        int max_delay_ms;               /* how long a partial batch may wait for more */
+        prediction_meta_t meta;         /* copied; its strings and labels are borrowed */
+} pipeline_config_t;
+
+/* A snapshot for STATUS=, the drain, the watchdog and (later) metrics. */
+typedef struct pipeline_stats {
+        /* Counters since pipeline_new. */
+        uint64_t records_in;            /* taken: packed into a slot or sent to the DLQ */
+        uint64_t predictions_out;       /* predictions handed to the producer */
+        uint64_t dlq_out;               /* DLQ copies handed to the producer */
+        uint64_t batches;               /* slots submitted */
+        uint64_t batch_records;         /* records in those slots */
+        /* Now. */
+        int slots;                      /* the engine's pipeline depth */
+        int slots_in_flight;            /* submitted, not yet complete */
+        int records_in_slots;           /* in FILLING, IN FLIGHT or DONE slots */
+        size_t records_held;            /* consumed, waiting for room (not tracked) */
+        int batch_limit;                /* the live max_batch */
+        int batch_capacity;             /* the plan's batch */
+        int top_k;                      /* the live top_k */
+        int engine_top_k;               /* what the engine computes; top_k may not go above */
+        uint64_t last_progress_us;      /* last completion, or when the engine left idle */
+} pipeline_stats_t;
+
+/* The clock of every time the pipeline keeps or asks for: CLOCK_MONOTONIC
+ * in microseconds, the clock of sd-event's CLOCK_MONOTONIC timers. */
+uint64_t pipeline_now_us(void);
+
+/* Creates the pipeline over cfg's engine (its slots and batch size make the
+ * batcher). ops and userdata are kept; cfg is not. Returns 0 or -errno. */
+int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_ops_t *ops, void *userdata);
+
+/* Destroys every record the pipeline still owns (held, or in slots after an
+ * abort: the engine copied their bytes and never reads the messages), so
+ * call it before kafka_free (rd_kafka_destroy waits for its messages). NULL
+ * is a no-op. */
+void pipeline_free(pipeline_t *p);
+
+/* Moves records from the held queue and the consumer queue into the
+ * pipeline until it is full or the queue is empty, and pauses or resumes
+ * fetching. */
+void pipeline_pump(pipeline_t *p);
+
+/* Takes every completed slot and produces its predictions. Returns 0, or
+ * -errno after ops->fail. */
+int pipeline_reap(pipeline_t *p);
+
+/* Retries the DONE slots whose predictions did not all fit the producer.
+ * Returns -ENOBUFS while the producer is full, -errno after ops->fail. */
+int pipeline_produce_pending(pipeline_t *p);
+
+/* Submits the FILLING slot, if any (a drain or a revoke: no more records
+ * will come to fill it). */
+void pipeline_flush_filling(pipeline_t *p);
+
+/* The batch-delay deadline (ops->arm_delay) came: submits the FILLING slot
+ * if its oldest record has waited max_delay_ms, else re-arms. */
+void pipeline_delay_expired(pipeline_t *p);
+
+/* Drops held records (all when parts is NULL, or those of the listed
+ * partitions): they were never tracked, so their offsets are not committed
+ * and they come back. */
+void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *parts);
+
+/* From now on takes no more records (they are dropped untracked, for the
+ * next owner): drops the held ones, pauses fetching and submits the FILLING
+ * slot. What is in the slots finishes. */
+void pipeline_begin_drain(pipeline_t *p);
+
+/* Live changes (a reload). top_k above the engine's is -ERANGE (a restart
+ * is needed); max_batch is clamped to 1..capacity and the value used is
+ * returned. */
+int pipeline_set_top_k(pipeline_t *p, int top_k);
+void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms);
+int pipeline_set_max_batch(pipeline_t *p, int max_batch);
+
+/* Fills *ret; all zero for a NULL pipeline (not started yet). */
+void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret);
+
+#endif

@@ -1,0 +1,335 @@
+/* Unit tests of pipeline_ without the daemon: the pipeline is driven here
+ * the way daemon.c drives it (pump, reap, produce, the batch-delay deadline)
+ * and its calls up (pipeline_ops_t) are recorded. It runs over librdkafka's
+ * own mock cluster, in process, and the no-compute executor of pipebench.h,
+ * so the records' real path is taken: consume, classify, pack, submit, reap,
+ * produce a prediction or a DLQ copy, and a delivery report for each. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "core/model.h"
+#include "core/record.h"
+#include "daemon/batch.h"
+#include "daemon/cfg.h"
+#include "daemon/kafka.h"
+#include "daemon/pipebench.h"
+#include "daemon/pipeline.h"
+#include "engine/engine.h"
+#include "unit.h"
+
+#define TP_GOOD 6               /* RGB8 records: one full batch of 4 and a partial one of 2 */
+#define TP_MAX_BATCH 4
+#define TP_MAX_DELAY_MS 1000    /* long enough that the first batch fills before it, on a loaded machine */
+#define TP_TIMEOUT_US (60 * 1000 * 1000ULL)
+
+/* Plays the daemon: what the pipeline's ops and Kafka's callbacks did. */
+typedef struct tp {
+        rd_kafka_t *mock_rk;            /* owns the mock cluster */
+        rd_kafka_mock_cluster_t *cluster;
+        cfg_t *cfg;
+        model_t *model;
+        engine_t *engine;
+        kafka_t *kafka;
+        batch_offsets_t *offsets;
+        pipeline_t *pipeline;
+
+        int fails, arms, pump_laters;
+        uint64_t deadline_us;           /* armed by ops->arm_delay; 0 = not armed */
+        int delivered_predictions, delivered_dlq, delivery_errors, assigned;
+} tp_t;
+
+static void tp_fail(void *userdata, int status) {
+        tp_t *t = userdata;
+
+        (void)status;
+        t->fails++;
+}
+
+static void tp_arm_delay(void *userdata, uint64_t deadline_us) {
+        tp_t *t = userdata;
+
+        t->arms++;
+        t->deadline_us = deadline_us;
+}
+
+static void tp_pump_later(void *userdata) {
+        ((tp_t *)userdata)->pump_laters++;
+}
+
+static void tp_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
+        tp_t *t = userdata;
+
+        for (int i = 0; i < parts->cnt; i++)
+                if (batch_offsets_assign(t->offsets, parts->elems[i].topic, parts->elems[i].partition) > 0)
+                        t->assigned++;
+}
+
+static void tp_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
+        (void)userdata;
+        (void)parts;
+        (void)lost;
+}
+
+static void tp_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
+        tp_t *t = userdata;
+
+        for (int i = 0; i < parts->cnt; i++)
+                batch_offsets_revoke(t->offsets, parts->elems[i].topic, parts->elems[i].partition);
+}
+
+static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
+        tp_t *t = userdata;
+        pipeline_ticket_t *k = m->_private;     /* ours now, as the daemon's */
+        const char *topic;
+        int32_t partition;
+        int64_t next;
+
+        if (!k)
+                return;
+        if (m->err)
+                t->delivery_errors++;
+        else if (k->dlq)
+                t->delivered_dlq++;
+        else
+                t->delivered_predictions++;
+        if (!m->err && k->part_id > 0)
+                batch_offsets_done(t->offsets, k->part_id, k->offset, &topic, &partition, &next);
+        free(k);
+}
+
+static void tp_fatal(void *userdata, const char *reason) {
+        (void)reason;
+        ((tp_t *)userdata)->fails++;
+}
+
+/* Produces TP_GOOD RGB8 records and one of a bad size (the DLQ's) to
+ * "tp.in", with a plain producer of our own. Returns 0 or -1. */
+static int tp_feed(const char *bootstraps) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
+        char why[256], key[16];
+        rd_kafka_t *rk;
+        int r = 0;
+
+        if (!img || rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why)) != RD_KAFKA_CONF_OK) {
+                rd_kafka_conf_destroy(conf);
+                free(img);
+                return -1;
+        }
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+        if (!rk) {
+                rd_kafka_conf_destroy(conf);
+                free(img);
+                return -1;
+        }
+        /* conf belongs to rk now. */
+        for (int i = 0; i <= TP_GOOD && r == 0; i++) {
+                /* The bad one goes in the middle, between the two batches. */
+                size_t len = i == TP_MAX_BATCH ? 3 : RECORD_RGB8_BYTES;
+
+                snprintf(key, sizeof(key), "k%d", i);
+                if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
+                                      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(img, len),
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
+                        r = -1;
+        }
+        if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                r = -1;
+        rd_kafka_destroy(rk);
+        free(img);
+        return r;
+}
+
+/* The mock cluster, the engine stand-in, Kafka and the pipeline, wired as
+ * daemon_start wires them. Returns 0 or -1 (with a CUnit failure). */
+static int tp_setup(tp_t *t) {
+        static const kafka_callbacks_t cb = {
+                .assigned = tp_assigned,
+                .revoking = tp_revoking,
+                .revoked = tp_revoked,
+                .delivered = tp_delivered,
+                .fatal = tp_fatal,
+        };
+        static const pipeline_ops_t ops = {
+                .fail = tp_fail,
+                .arm_delay = tp_arm_delay,
+                .pump_later = tp_pump_later,
+        };
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        engine_options_t o;
+        kafka_limits_t lim;
+        pipeline_config_t pc;
+        plan_t plan;
+        errbuf_t err = {};
+        char why[256];
+
+        memset(t, 0, sizeof(*t));
+        /* This handle only hosts the cluster: it connects nowhere, and says so
+         * at level 5 unless told to keep quiet. */
+        rd_kafka_conf_set(conf, "log_level", "3", why, sizeof(why));
+        t->mock_rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->mock_rk);
+        t->cluster = rd_kafka_mock_cluster_new(t->mock_rk, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->cluster);
+        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(t->cluster, "tp.in", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(t->cluster, "tp.out", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(t->cluster, "tp.dlq", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+
+        CU_ASSERT_EQUAL_FATAL(cfg_new_defaults(&t->cfg), 0);
+        snprintf(t->cfg->kafka.brokers, sizeof(t->cfg->kafka.brokers), "%s",
+                 rd_kafka_mock_cluster_bootstraps(t->cluster));
+        snprintf(t->cfg->kafka.group_id, sizeof(t->cfg->kafka.group_id), "tp");
+        snprintf(t->cfg->kafka.input_topic, sizeof(t->cfg->kafka.input_topic), "tp.in");
+        snprintf(t->cfg->kafka.output_topic, sizeof(t->cfg->kafka.output_topic), "tp.out");
+        snprintf(t->cfg->kafka.dlq_topic, sizeof(t->cfg->kafka.dlq_topic), "tp.dlq");
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&t->model), 0);
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.precision = PRECISION_AUTO;
+        o.max_batch = TP_MAX_BATCH;
+        o.pipeline_depth = 2;
+        o.top_k = 5;
+        CU_ASSERT_EQUAL_FATAL(engine_plan(t->model, &o, &plan, NULL, 0, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(pipebench_open(&t->engine, &plan, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_max_batch(t->engine), TP_MAX_BATCH);
+        CU_ASSERT_EQUAL_FATAL(batch_offsets_new(&t->offsets), 0);
+        kafka_limits_from_budget(64ULL << 20, &lim);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&t->kafka, t->cfg, &lim, &cb, t, &err), 0);
+
+        pc = (pipeline_config_t){
+                .engine = t->engine,
+                .kafka = t->kafka,
+                .offsets = t->offsets,
+                .output_topic = t->cfg->kafka.output_topic,
+                .dlq_topic = t->cfg->kafka.dlq_topic,
+                .max_batch = TP_MAX_BATCH,
+                .top_k = 3,
+                .max_delay_ms = TP_MAX_DELAY_MS,
+                .meta = { .model_id = "none", .backend = engine_backend(t->engine), .precision = "fp32" },
+        };
+        CU_ASSERT_EQUAL_FATAL(pipeline_new(&t->pipeline, &pc, &ops, t), 0);
+        return 0;
+}
+
+static void tp_teardown(tp_t *t) {
+        errbuf_t err = {};
+
+        if (t->kafka)
+                kafka_close(t->kafka, &err);
+        /* The pipeline's messages go before their handle. */
+        pipeline_free(t->pipeline);
+        kafka_free(t->kafka);
+        engine_free(t->engine);
+        batch_offsets_free(t->offsets);
+        model_free(t->model);
+        cfg_free(t->cfg);
+        rd_kafka_mock_cluster_destroy(t->cluster);
+        rd_kafka_destroy(t->mock_rk);
+}
+
+static void test_pipeline_live_settings_and_stats(void) {
+        pipeline_stats_t st;
+        tp_t t;
+
+        pipeline_get_stats(NULL, &st);
+        CU_ASSERT_EQUAL(st.slots, 0);
+        CU_ASSERT_EQUAL(st.records_in, 0);
+        if (tp_setup(&t) < 0)
+                return;
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.slots, 2);
+        CU_ASSERT_EQUAL(st.batch_capacity, TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.batch_limit, TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.engine_top_k, 5);
+        CU_ASSERT_EQUAL(st.top_k, 3);
+        CU_ASSERT_EQUAL(st.records_in + st.predictions_out + st.dlq_out + st.batches, 0);
+
+        /* top_k may go up to what the engine computes, not above. */
+        CU_ASSERT_EQUAL(pipeline_set_top_k(t.pipeline, 6), -ERANGE);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.top_k, 3);
+        CU_ASSERT_EQUAL(pipeline_set_top_k(t.pipeline, 5), 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.top_k, 5);
+
+        /* max_batch is clamped to the plan's batch. */
+        CU_ASSERT_EQUAL(pipeline_set_max_batch(t.pipeline, 1000), TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(pipeline_set_max_batch(t.pipeline, 2), 2);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.batch_limit, 2);
+
+        /* Nothing filling: the deadline is a no-op. */
+        pipeline_delay_expired(t.pipeline);
+        CU_ASSERT_EQUAL(t.arms, 0);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        tp_teardown(&t);
+}
+
+/* Runs the loop daemon.c runs, until every record was acknowledged. */
+static void test_pipeline_records_to_predictions_and_dlq(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end) {
+                struct pollfd p[3] = {
+                        { .fd = kafka_consumer_fd(t.kafka), .events = POLLIN },
+                        { .fd = kafka_producer_fd(t.kafka), .events = POLLIN },
+                        { .fd = engine_completion_fd(t.engine), .events = POLLIN },
+                };
+
+                poll(p, 3, 10);
+                kafka_fd_clear(p[0].fd);
+                kafka_fd_clear(p[1].fd);
+                if (t.deadline_us && pipeline_now_us() >= t.deadline_us) {
+                        t.deadline_us = 0;
+                        pipeline_delay_expired(t.pipeline);
+                }
+                pipeline_pump(t.pipeline);
+                pipeline_reap(t.pipeline);
+                kafka_poll_producer(t.kafka);
+                pipeline_produce_pending(t.pipeline);
+        }
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.assigned, 1);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_GOOD);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
+        CU_ASSERT_EQUAL(st.predictions_out, TP_GOOD);
+        CU_ASSERT_EQUAL(st.dlq_out, 1);
+        /* A full batch of 4, then the last 2 after the delay: the deadline
+         * was asked for (ops->arm_delay) and flushed the partial slot. */
+        CU_ASSERT_EQUAL(st.batches, 2);
+        CU_ASSERT_EQUAL(st.batch_records, TP_GOOD);
+        CU_ASSERT(t.arms >= 1);
+        CU_ASSERT_EQUAL(st.slots_in_flight, 0);
+        CU_ASSERT_EQUAL(st.records_in_slots, 0);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        /* Every offset handed out was acknowledged, in order. */
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
+int test_pipeline_register(void) {
+        static CU_TestInfo tests[] = {
+                { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
+                { "records_to_predictions_and_dlq", test_pipeline_records_to_predictions_and_dlq },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("pipeline", tests);
+}
