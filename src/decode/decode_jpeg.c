@@ -35,14 +35,28 @@ static void decode_cmyk_to_rgb(uint8_t *p, size_t n_pixels) {
         }
 }
 
+/* A failed call can leave TurboJPEG's decompressor mid-stream (2.1's
+ * header reader does not abort it), and every later image on the handle
+ * then fails with the same message: the handle is replaced after any
+ * failure. Only refusals pay for it; a good image reuses the handle. */
+static int decode_jpeg_fail(decode_t *d, const char **code, errbuf_t *err) {
+        *code = RECORD_ERR_DECODE_FAILED;
+        errbuf_set(err, -EINVAL, "JPEG: %s", tjGetErrorStr2(d->jpeg));
+        tjDestroy(d->jpeg);
+        d->jpeg = tjInitDecompress();
+        return -EINVAL;
+}
+
 int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
                 const char **code, errbuf_t *err) {
         int w = 0, h = 0, subsamp = -1, cs = -1, pf, r;
 
-        if (tjDecompressHeader3(d->jpeg, data, (unsigned long)len, &w, &h, &subsamp, &cs) < 0) {
+        if (!d->jpeg && !(d->jpeg = tjInitDecompress())) {
                 *code = RECORD_ERR_DECODE_FAILED;
-                return errbuf_set(err, -EINVAL, "JPEG: %s", tjGetErrorStr2(d->jpeg));
+                return errbuf_set(err, -EINVAL, "JPEG: cannot make a decompressor: %s", tjGetErrorStr2(NULL));
         }
+        if (tjDecompressHeader3(d->jpeg, data, (unsigned long)len, &w, &h, &subsamp, &cs) < 0)
+                return decode_jpeg_fail(d, code, err);
         /* A stream of tables alone (or one that ends before its frame
          * header) is a success for TurboJPEG that sets nothing. */
         if (w <= 0 || h <= 0) {
@@ -57,10 +71,8 @@ int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *inf
                 return r;
         pf = info->channels == 1 ? TJPF_GRAY : info->channels == 4 ? TJPF_CMYK : TJPF_RGB;
         /* w * h * 4 <= max_pixels * 4 == the pixel buffer, checked above. */
-        if (tjDecompress2(d->jpeg, data, (unsigned long)len, d->pixels, w, 0, h, pf, DECODE_JPEG_FLAGS) < 0) {
-                *code = RECORD_ERR_DECODE_FAILED;
-                return errbuf_set(err, -EINVAL, "JPEG: %s", tjGetErrorStr2(d->jpeg));
-        }
+        if (tjDecompress2(d->jpeg, data, (unsigned long)len, d->pixels, w, 0, h, pf, DECODE_JPEG_FLAGS) < 0)
+                return decode_jpeg_fail(d, code, err);
         if (info->channels == 4)
                 decode_cmyk_to_rgb(d->pixels, (size_t)w * h);
         img->width = (uint32_t)w;

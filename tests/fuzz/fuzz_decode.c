@@ -7,8 +7,10 @@
  * checks are: a refusal is -EINVAL with one of the DLQ codes and a sentence;
  * a success writes all of the 224x224x3 output (it is poisoned with a
  * pattern first, and a success that leaves every byte of it untouched is a
- * bug); nothing crashes, leaks or trips ASan/UBSan in our code. The
- * libraries themselves are not instrumented.
+ * bug); after a refusal, the same context still decodes a good JPEG (a
+ * failed TurboJPEG call once left the handle broken for every later image);
+ * nothing crashes, leaks or trips ASan/UBSan in our code. The libraries
+ * themselves are not instrumented.
  *
  * Built with -DFUZZ_DECODE_GEN instead, it writes the seed corpus: images
  * made with TurboJPEG and libspng's encoder in the modes inferd reads, so
@@ -27,7 +29,22 @@
 
 #ifndef FUZZ_DECODE_GEN
 
+#include <turbojpeg.h>
+
 static decode_t *fuzz_decoder;
+static uint8_t *fuzz_good_jpeg;         /* a valid 40x30 JPEG, made at start */
+static unsigned long fuzz_good_len;
+
+static void fuzz_make_good(void) {
+        static uint8_t px[40 * 30 * 3];
+        tjhandle t = tjInitCompress();
+
+        for (size_t i = 0; i < sizeof(px); i++)
+                px[i] = (uint8_t)(i * 13);
+        if (!t || tjCompress2(t, px, 40, 0, 30, TJPF_RGB, &fuzz_good_jpeg, &fuzz_good_len, TJSAMP_420, 80, 0) != 0)
+                abort();
+        tjDestroy(t);
+}
 
 static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
         static uint8_t out[224 * 224 * 3];
@@ -51,6 +68,8 @@ static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
                 abort();
         if (strcmp(code, RECORD_ERR_DECODE_FAILED) != 0 && strcmp(code, RECORD_ERR_TOO_LARGE) != 0)
                 abort();
+        if (decode_record(fuzz_decoder, fuzz_good_jpeg, fuzz_good_len, RECORD_JPEG, out, NULL, &code, &err) != 0)
+                abort();        /* a refusal broke the context */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -59,8 +78,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *code;
         errbuf_t err;
 
-        if (!fuzz_decoder && decode_new(&fuzz_decoder, FUZZ_MAX_PIXELS, FUZZ_MAX_BYTES, false, &err) < 0)
-                abort();
+        if (!fuzz_decoder) {
+                if (decode_new(&fuzz_decoder, FUZZ_MAX_PIXELS, FUZZ_MAX_BYTES, false, &err) < 0)
+                        abort();
+                fuzz_make_good();
+        }
         if (record_identify(data, size, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f))
                 fuzz_one(data, size, f);
         else {

@@ -123,6 +123,32 @@ static void test_decode_truncated_jpeg(void) {
         /* Cut inside the headers. */
         CU_ASSERT_EQUAL(test_try(d, j, 40, RECORD_JPEG, &code, &err, NULL), -EINVAL);
         CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_DECODE_FAILED);
+        /* The same context decodes the whole image after those failures
+         * (TurboJPEG's handle is left broken by a failed header). */
+        CU_ASSERT_EQUAL(test_try(d, j, len, RECORD_JPEG, &code, &err, NULL), 0);
+        for (size_t cut = 20; cut < len; cut += len / 7) {
+                CU_ASSERT_EQUAL(test_try(d, j, cut, RECORD_JPEG, &code, &err, NULL), -EINVAL);
+                CU_ASSERT_EQUAL(test_try(d, j, len, RECORD_JPEG, &code, &err, NULL), 0);
+        }
+        /* A Huffman table whose counts add up to more than 256 codes: an
+         * error inside the header (skimage's truncated.jpg has one), which
+         * broke every later image on the handle before it was replaced. */
+        {
+                uint8_t *bad = malloc(len);
+                size_t i;
+
+                memcpy(bad, j, len);
+                for (i = 2; i + 21 < len && !(bad[i] == 0xff && bad[i + 1] == 0xc4); i++)
+                        ;
+                CU_ASSERT_FATAL(i + 21 < len);
+                memset(bad + i + 5, 0xff, 16);  /* the 16 code counts after length and class/id */
+                for (int k = 0; k < 3; k++) {
+                        CU_ASSERT_EQUAL(test_try(d, bad, len, RECORD_JPEG, &code, &err, NULL), -EINVAL);
+                        CU_ASSERT(strstr(err.msg, "Huffman") != NULL);
+                        CU_ASSERT_EQUAL(test_try(d, j, len, RECORD_JPEG, &code, &err, NULL), 0);
+                }
+                free(bad);
+        }
         free(j);
         decode_free(d);
 }
