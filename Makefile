@@ -66,14 +66,26 @@ LDLIBS_CORE = $(CORE_LIBS) -lpthread -lm
 
 # --- CUDA detection -------------------------------------------------------
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-# The CUDA engine also needs cuBLASLt; a toolkit without it (only nvcc and
-# cudart) builds the CPU engine, and says so. CUBLAS_HOME points at a cuBLAS
-# installed apart from the toolkit (include/cublasLt.h, lib/ or lib64/).
+# The CUDA engine also needs cuBLASLt. CUBLAS_HOME points at a cuBLAS
+# installed apart from the toolkit (include/cublasLt.h, lib/ or lib64/). By
+# default it is the toolkit's own; where the toolkit has none (only nvcc and
+# cudart, as on CI) it is CUBLAS_CI_HOME, cuBLASLt's header and NVIDIA's link
+# stub that tools/fetch-cublas puts there (tools/install-deps runs it): the
+# engine then compiles and links but can run no GEMM, which needs a GPU anyway.
+# A machine with NVIDIA's driver (/dev/nvidiactl) never takes the stub: there
+# the engine would reach cuBLASLt and fail. Without either, the build makes
+# the CPU engine only, and says so.
+# CUDA_HOME: nvcc's own folder as nvcc reports it (_HERE_), since the nvcc on
+# PATH may be a wrapper script outside the toolkit.
+CUBLAS_CI_HOME ?= /opt/cublas-ci
 ifneq ($(strip $(NVCC)),)
-CUDA_HOME  := $(or $(CUDA_HOME),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
-CUBLAS_HOME := $(or $(CUBLAS_HOME),$(CUDA_HOME))
-CUBLAS_INC := $(firstword $(wildcard $(CUBLAS_HOME)/include/cublasLt.h $(CUBLAS_HOME)/targets/x86_64-linux/include/cublasLt.h))
-CUBLAS_LIB := $(firstword $(wildcard $(CUBLAS_HOME)/lib64/libcublasLt.so $(CUBLAS_HOME)/lib/libcublasLt.so $(CUBLAS_HOME)/targets/x86_64-linux/lib/libcublasLt.so))
+CUDA_HOME  := $(or $(CUDA_HOME),$(patsubst %/bin,%,$(shell $(NVCC) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p')),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
+cublas_inc  = $(firstword $(wildcard $(1)/include/cublasLt.h $(1)/targets/x86_64-linux/include/cublasLt.h))
+cublas_lib  = $(firstword $(wildcard $(1)/lib64/libcublasLt.so $(1)/lib/libcublasLt.so $(1)/targets/x86_64-linux/lib/libcublasLt.so))
+CUBLAS_HOME := $(or $(CUBLAS_HOME),$(if $(and $(call cublas_inc,$(CUDA_HOME)),$(call cublas_lib,$(CUDA_HOME))),$(CUDA_HOME),$(if $(and $(wildcard $(CUBLAS_CI_HOME)/VERSION),$(if $(wildcard /dev/nvidiactl),,stub)),$(CUBLAS_CI_HOME),$(CUDA_HOME))))
+CUBLAS_INC := $(call cublas_inc,$(CUBLAS_HOME))
+CUBLAS_LIB := $(call cublas_lib,$(CUBLAS_HOME))
+CUBLAS_STUB := $(if $(filter $(abspath $(CUBLAS_CI_HOME)),$(abspath $(CUBLAS_HOME))),$(CUBLAS_HOME))
 ifeq ($(and $(CUBLAS_INC),$(CUBLAS_LIB)),)
 NO_CUBLAS_NVCC := $(NVCC)
 override NVCC :=
@@ -137,7 +149,7 @@ ifneq ($(NO_CUBLAS_NVCC),)
 else ifeq ($(strip $(NVCC)),)
 	@echo "nvcc not found, skipping CUDA: building the CPU engine only"
 else
-	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))"
+	@echo "nvcc found ($(NVCC)): building the CUDA engine for sm_$(subst $() $(),$(comma)sm_,$(strip $(CUDA_ARCH)))$(if $(CUBLAS_STUB), with cuBLASLt's link stub from $(CUBLAS_STUB) (tools/fetch-cublas): it compiles and links; no GEMM can run)"
 endif
 
 $(BUILD)/%.o: %.c $(CONFIG_STAMP)

@@ -20,12 +20,13 @@ extern "C" {
 }
 
 /* preprocess.cu: n raw records -> the network input.
- * records (n, RECORD_MAX_BYTES) bytes, record i at i * RECORD_MAX_BYTES;
- * formats (n) int32: RECORD_RGB8 (224, 224, 3) uint8 HWC -> (x/255 - mean)/std,
- * RECORD_F32_CHW (3, 224, 224) fp32 -> transposed, anything else (a padded
- * bucket row) -> zeros; out (n, 224, 224, 3) in p. */
-int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats, int n,
-                    void *out, errbuf_t *err);
+ * records: packed by format (engine/pack.h), record i at offsets[i] (n int64,
+ * multiples of 256); formats (n) int32: RECORD_RGB8 (224, 224, 3) uint8 HWC
+ * -> (x/255 - mean)/std, RECORD_F32_CHW (3, 224, 224) fp32 -> transposed,
+ * anything else (a padded bucket row, whose offset is not read) -> zeros;
+ * out (n, 224, 224, 3) in p. */
+int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats,
+                    const int64_t *offsets, int n, void *out, errbuf_t *err);
 
 /* im2col.cu: in (n, h, w, cin) -> col (n * ho * wo, k_pad) in p, column
  * (ky * kw + kx) * cin + ci (the weights' (cout, kh, kw, cin) order), zeros
@@ -43,7 +44,9 @@ int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
 
 /* head.cu: softmax of each row of logits (n, 1000) fp32, and its top_k
  * classes by descending probability, ties to the lower index:
- * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. */
+ * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. A row whose max or sum
+ * is not finite gets { ENGINE_TOPK_NONFINITE, NaN } in all top_k entries
+ * (engine.h). */
 int cuda_head(cudaStream_t s, const float *logits, int n, int top_k, engine_topk_t *out, errbuf_t *err);
 
 #endif

@@ -74,6 +74,8 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         uint8_t *dev;
         void *buf = NULL;               /* host scratch in the precision */
         int32_t *fmt = NULL;
+        int64_t *offs = NULL;           /* (n) packed offsets of the records */
+        uint64_t packed = 0;
         void *dout;
         size_t in_elems, out_elems, res_elems, out_bytes;
         int r = 0;
@@ -100,20 +102,38 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
                 if (!formats)
                         return errbuf_set(err, -EINVAL, "preprocessing needs the records' formats");
                 fmt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+                offs = (int64_t *)malloc((size_t)n * sizeof(int64_t));
                 out_elems = (size_t)n * ce->model->tensors[ce->model->input].elems;
                 buf = malloc(out_elems * ce->pb);
-                if (!fmt || !buf) {
+                if (!fmt || !offs || !buf) {
                         r = errbuf_set(err, -ENOMEM, "out of host memory");
                         goto fail;
                 }
-                for (int i = 0; i < n; i++)
+                /* Packed as submit packs them (engine/pack.h); a row of
+                 * another format (a padding row) takes no bytes. */
+                for (int i = 0; i < n; i++) {
                         fmt[i] = (int32_t)formats[i];
-                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.input_off, host_in, (size_t)n * RECORD_MAX_BYTES,
-                                          cudaMemcpyHostToDevice, s),
-                          "copying the records");
+                        offs[i] = (int64_t)packed;
+                        packed += pack_row_bytes(formats[i]);
+                }
+                if (packed > ce->L.slot.formats_off - ce->L.slot.input_off) {
+                        r = errbuf_set(err, -EINVAL, "%d records of these formats take %llu bytes packed; a slot "
+                                       "holds %llu", n, (unsigned long long)packed,
+                                       (unsigned long long)(ce->L.slot.formats_off - ce->L.slot.input_off));
+                        goto fail;
+                }
+                for (int i = 0; i < n; i++)
+                        if (pack_row_bytes(formats[i]) > 0)
+                                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.input_off + offs[i],
+                                                          (const uint8_t *)host_in + (size_t)i * RECORD_MAX_BYTES,
+                                                          pack_row_bytes(formats[i]), cudaMemcpyHostToDevice, s),
+                                          "copying the records");
                 CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.formats_off, fmt, (size_t)n * sizeof(int32_t),
                                           cudaMemcpyHostToDevice, s),
                           "copying the formats");
+                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.offsets_off, offs, (size_t)n * sizeof(int64_t),
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the offsets");
                 dout = cuda_engine_tensor(ce, ce->model->input);
                 CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_elems * ce->pb, s), "poisoning the output");
                 r = cuda_forward_preprocess(ce, s, 0, n, err);
@@ -190,6 +210,7 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
 fail:
         free(buf);
         free(fmt);
+        free(offs);
         return r;
 }
 

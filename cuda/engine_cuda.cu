@@ -462,8 +462,11 @@ static int cuda_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_
 static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
         cuda_engine_t *ce = (cuda_engine_t *)e->impl;
         const record_format_t *fmt_in;
+        const uint64_t *off_in;
         uint8_t *dev, *host;
         int32_t *fmt;
+        int64_t *off;
+        uint64_t input_bytes;
         cudaStream_t cs;
         cudaError_t c;
         int bi, bucket;
@@ -485,21 +488,33 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
         dev = cuda_engine_slot_dev(ce, slot);
         host = cuda_engine_slot_host(ce, slot);
         fmt = (int32_t *)(host + ce->L.slot.formats_off);
+        off = (int64_t *)(host + ce->L.slot.offsets_off);
         fmt_in = e->formats + (size_t)slot * ce->max_batch;
-        for (int i = 0; i < n; i++)
+        off_in = e->offsets + (size_t)slot * ce->max_batch;
+        for (int i = 0; i < n; i++) {
                 fmt[i] = (int32_t)fmt_in[i];
-        /* The bucket's padding rows: preprocessing turns them into zeros, and
-         * their results are never copied back. */
-        for (int i = n; i < bucket; i++)
+                off[i] = (int64_t)off_in[i];
+        }
+        /* The bucket's padding rows: preprocessing turns them into zeros
+         * without reading their offset, and their results are never copied
+         * back. */
+        for (int i = n; i < bucket; i++) {
                 fmt[i] = RECORD_UNKNOWN;
+                off[i] = 0;
+        }
+        /* Only the packed bytes of the n records cross the bus. */
+        input_bytes = engine_slot_input_bytes(e, slot, n);
+        assert(input_bytes <= ce->L.slot.formats_off - ce->L.slot.input_off);
 
         cs = ce->copy[slot];
         if ((c = cudaSetDevice(e->device)) != cudaSuccess)
                 return cuda_fail(ce, c, "selecting the CUDA device", err);
-        if ((c = cudaMemcpyAsync(dev + ce->L.slot.input_off, host + ce->L.slot.input_off, (size_t)n * RECORD_MAX_BYTES,
+        if ((c = cudaMemcpyAsync(dev + ce->L.slot.input_off, host + ce->L.slot.input_off, (size_t)input_bytes,
                                  cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(dev + ce->L.slot.formats_off, host + ce->L.slot.formats_off,
-                                 (size_t)bucket * sizeof(int32_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess)
+                                 (size_t)bucket * sizeof(int32_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
+            (c = cudaMemcpyAsync(dev + ce->L.slot.offsets_off, host + ce->L.slot.offsets_off,
+                                 (size_t)bucket * sizeof(int64_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess)
                 return cuda_fail(ce, c, "copying a batch to the device", err);
         if ((c = cudaEventRecord(ce->ev_in[slot], cs)) != cudaSuccess ||
             (c = cudaStreamWaitEvent(ce->compute, ce->ev_in[slot], 0)) != cudaSuccess)

@@ -36,7 +36,10 @@ extern "C" {
  *
  * ENGINE_CUDA_OP_PREPROCESS: host_in is n records of RECORD_MAX_BYTES each
  * (record i at i * RECORD_MAX_BYTES) with formats[] given (RECORD_RGB8 or
- * RECORD_F32_CHW), host_out receives (n, 224*224*3) fp32 NHWC.
+ * RECORD_F32_CHW; any other format is a padding row, which must come out
+ * zero), host_out receives (n, 224*224*3) fp32 NHWC. The step packs them by
+ * format into slot 0's staging as submit does (engine/pack.h), and refuses
+ * (-EINVAL) a set whose packed bytes exceed a slot's.
  *
  * ENGINE_CUDA_OP_HEAD: host_in is logits (n, 1000) fp32, host_out receives
  * (n, top_k) engine_topk_t (softmax scores, descending, ties to the lower

@@ -8,7 +8,7 @@
  * copy[s]; there is one compute stream, because all slots share one
  * activation arena and one workspace. A submit of slot s enqueues
  *
- *   copy[s]:  H2D records + formats          -> record ev_in[s]
+ *   copy[s]:  H2D packed records + formats + offsets -> record ev_in[s]
  *   compute:  wait ev_in[s]; graph (s, bucket) -> record ev_done[s]
  *   copy[s]:  wait ev_done[s]; D2H logits + top-k; host callback
  *

@@ -2,7 +2,7 @@
  *
  * It walks the model's layer table and enqueues, for n samples of a slot:
  *
- *   preprocess   slot records (n, RECORD_MAX_BYTES) -> input (n, 224, 224, 3)
+ *   preprocess   slot records (packed by format) -> input (n, 224, 224, 3)
  *   conv         im2col into the workspace when needed (K padded to a
  *                multiple of 8, against a zero-padded weight copy), then one cuBLASLt
  *                GEMM with bias (+ residual through C) (+ ReLU) fused:
@@ -28,7 +28,8 @@ int cuda_forward_preprocess(cuda_engine_t *ce, cudaStream_t s, int slot, int n, 
         uint8_t *dev = cuda_engine_slot_dev(ce, slot);
 
         return cuda_preprocess(s, ce->precision, dev + ce->L.slot.input_off,
-                               (const int32_t *)(dev + ce->L.slot.formats_off), n,
+                               (const int32_t *)(dev + ce->L.slot.formats_off),
+                               (const int64_t *)(dev + ce->L.slot.offsets_off), n,
                                cuda_engine_tensor(ce, ce->model->input), err);
 }
 

@@ -10,7 +10,12 @@
  * entries ranking last, orders them; the first top_k are written. The sort
  * key is the probability rather than the logit so that probabilities that
  * round to the same value (the tail, where they underflow to 0) tie-break by
- * class as the contract and the CPU reference say. Everything lives in
+ * class as the contract and the CPU reference say. A row whose max or sum
+ * is not finite (a NaN or infinite logit: fp16/bf16 overflow upstream) is
+ * not ranked: its top_k entries become { ENGINE_TOPK_NONFINITE, NaN }, the
+ * mark engine.h defines and cpu_head_row() computes on the CPU; the
+ * decision is block-uniform (every thread holds the same max and sum), so
+ * the whole block leaves before the sort's barriers. Everything lives in
  * shared memory (8.3 KiB), so the plan's head scratch is 0 bytes. Not CUB:
  * a 1024-element block sort is short enough to own. */
 #include <assert.h>
@@ -51,6 +56,13 @@ template <bool MAX> __device__ float head_reduce(float v, float *warp_buf) {
         return v;
 }
 
+/* Whether a row with this max and softmax sum gets a prediction: the
+ * max reduction (fmaxf) passes over NaN, but a NaN logit makes the sum NaN,
+ * and an infinite one the max. */
+__host__ __device__ __forceinline__ bool head_row_finite(float mx, float sum) {
+        return isfinite(mx) && isfinite(sum);
+}
+
 /* One compare-exchange of the bitonic sort into "before" order, stage
  * (k, j): thread t owns the pair (t, t ^ j) when t is its lower index, so
  * the pairs of one stage are disjoint and need no lock. */
@@ -84,6 +96,15 @@ __global__ void __launch_bounds__(HEAD_THREADS) head_kernel(const float *logits,
         mx = head_reduce<true>(x, warp_buf);
         e = t < MODEL_CLASSES ? expf(x - mx) : 0.0f;
         sum = head_reduce<false>(e, warp_buf);
+        if (!head_row_finite(mx, sum)) {
+                if (t < top_k) {
+                        engine_topk_t r;
+                        r.cls = ENGINE_TOPK_NONFINITE;
+                        r.score = __int_as_float(0x7fc00000);   /* a quiet NaN */
+                        out[(size_t)blockIdx.x * top_k + t] = r;
+                }
+                return;
+        }
         /* Pads rank after every probability (>= 0) and after each other by class. */
         prob[t] = t < MODEL_CLASSES ? e / sum : -1.0f;
         cls[t] = t;

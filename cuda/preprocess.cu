@@ -1,7 +1,11 @@
 /* preprocess: raw input records to the network's NHWC input, on the GPU.
  *
- *   records  (n, RECORD_MAX_BYTES) bytes: the slot's device staging
+ *   records  the slot's device staging: n records packed by format
+ *            (engine/pack.h), record b at offsets[b]: 150,528 bytes for
+ *            rgb8, 602,112 for float32
  *   formats  (n) int32 record_format_t
+ *   offsets  (n) int64 byte offsets into records (any, e.g. 0, for a
+ *            padding row: it is not read)
  *   out      (n, 224, 224, 3) in the precision, NHWC
  *
  * rgb8 records are (224, 224, 3) uint8 HWC and become (x / 255 - mean) / std
@@ -33,19 +37,21 @@ struct norm {
 /* Output element i = b * 150,528 + (y * 224 + x) * 3 + c. */
 template <typename T>
 __host__ __device__ __forceinline__ T preprocess_elem(const uint8_t *records, const int32_t *formats,
-                                                      const struct norm &nm, long long i) {
+                                                      const int64_t *offsets, const struct norm &nm, long long i) {
         int b = (int)(i / SAMPLE_ELEMS);
         int r = (int)(i - (long long)b * SAMPLE_ELEMS);         /* (y * 224 + x) * 3 + c */
         int c = r % 3;
         int px = r / 3;                                         /* y * 224 + x */
-        const uint8_t *rec = records + (size_t)b * RECORD_MAX_BYTES;
+        const uint8_t *rec;
         float v = 0.0f;
 
         switch (formats[b]) {
         case RECORD_RGB8:
+                rec = records + offsets[b];
                 v = ((float)rec[r] / 255.0f - nm.mean[c]) / nm.std[c];
                 break;
         case RECORD_F32_CHW:
+                rec = records + offsets[b];
                 v = ((const float *)rec)[(size_t)c * PIXELS + px];
                 break;
         default:
@@ -58,22 +64,25 @@ __host__ __device__ __forceinline__ T preprocess_elem(const uint8_t *records, co
  * stores and the rgb8 loads (the same HWC order) are coalesced; the CHW
  * loads are coalesced per channel plane. */
 template <typename T>
-__global__ void preprocess_kernel(const uint8_t *records, const int32_t *formats, int n, struct norm nm, T *out) {
+__global__ void preprocess_kernel(const uint8_t *records, const int32_t *formats, const int64_t *offsets, int n,
+                                  struct norm nm, T *out) {
         long long total = (long long)n * SAMPLE_ELEMS;
 
         for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
              i += (long long)gridDim.x * blockDim.x)
-                out[i] = preprocess_elem<T>(records, formats, nm, i);
+                out[i] = preprocess_elem<T>(records, formats, offsets, nm, i);
 }
 
-int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats, int n,
-                    void *out, errbuf_t *err) {
+int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const int32_t *formats,
+                    const int64_t *offsets, int n, void *out, errbuf_t *err) {
         struct norm nm;
         unsigned blocks;
 
-        assert(records && formats && out && n >= 1);
-        /* The float32 view of a record needs 4-byte aligned records. */
-        static_assert(RECORD_MAX_BYTES % 4 == 0, "records must stay 4-byte aligned");
+        assert(records && formats && offsets && out && n >= 1);
+        /* The float32 view of a record needs 4-byte aligned records: the
+         * packing places every record at a multiple of 256 bytes. */
+        static_assert(RECORD_RGB8_BYTES % 4 == 0 && RECORD_F32_CHW_BYTES % 4 == 0,
+                      "packed records must stay 4-byte aligned");
         assert(((uintptr_t)records & 3) == 0);
         for (int c = 0; c < 3; c++) {
                 nm.mean[c] = cpu_imagenet_mean[c];
@@ -82,14 +91,14 @@ int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const
         blocks = cuda_blocks_for((long long)n * SAMPLE_ELEMS);
         switch (p) {
         case PRECISION_FP32:
-                preprocess_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, n, nm, (float *)out);
+                preprocess_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (float *)out);
                 break;
         case PRECISION_FP16:
-                preprocess_kernel<__half><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, n, nm, (__half *)out);
+                preprocess_kernel<__half><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (__half *)out);
                 break;
         case PRECISION_BF16:
                 preprocess_kernel<__nv_bfloat16>
-                        <<<blocks, CUDA_THREADS, 0, s>>>(records, formats, n, nm, (__nv_bfloat16 *)out);
+                        <<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (__nv_bfloat16 *)out);
                 break;
         default:
                 assert(!"bad precision");

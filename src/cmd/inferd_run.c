@@ -307,39 +307,41 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
         return r;
 }
 
-/* The signature of a file: its first bytes, enough for record_identify. */
-static int run_peek(const char *path, unsigned char head[16]) {
-        ssize_t n;
-        int fd;
-
-        memset(head, 0, 16);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        n = read(fd, head, 16);
-        close(fd);
-        return n < 0 ? -errno : 0;
-}
-
-/* Loads input i into record slot position pos, checking its format; a
- * JPEG or PNG is read into the decoder's input buffer and decoded into the
- * slot as RGB8. With --rgb8, the record as fed is appended to rgb8_out. */
+/* Loads the input at path as record pos of slot: its format from its size
+ * and first bytes; a raw record's bytes go into the place the slot packs it
+ * at, a JPEG or PNG is read into the decoder's input buffer and decoded into
+ * an RGB8 place. With --rgb8, the record as fed is appended to rgb8_out. */
 static int run_pack(engine_t *e, decode_t *dec, int slot, int pos, const char *path, FILE *rgb8_out,
                     const char *rgb8_path) {
-        unsigned char *dst = engine_slot_record(e, slot, pos), head[16];
+        unsigned char head[16] = { 0 }, *dst;
         record_format_t f;
         const char *code = NULL;
+        struct stat st;
         errbuf_t err;
         size_t len = 0;
-        int r;
+        int fd, r;
 
-        r = run_peek(path, head);
-        if (r < 0) {
-                fprintf(stderr, "inferd-run: %s: cannot read: %s\n", path, strerror(-r));
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0 || read(fd, head, sizeof(head)) < 0) {
+                r = -errno;
+                fprintf(stderr, "inferd-run: %s: %s\n", path, strerror(errno));
+                if (fd >= 0)
+                        close(fd);
                 return r;
         }
-        /* The signature decides the buffer: the length is checked below. */
-        if (record_identify(head, 16, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f)) {
+        close(fd);
+        r = record_identify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                return r;
+        }
+        dst = engine_slot_place(e, slot, pos, record_is_encoded(f) ? RECORD_RGB8 : f);
+        if (!dst) {
+                /* The caller checks engine_slot_has_room first. */
+                fprintf(stderr, "inferd-run: %s: no room in the batch\n", path);
+                return -ENOSPC;
+        }
+        if (record_is_encoded(f)) {
                 r = run_read_input(path, decode_input(dec), decode_max_bytes(dec), &len);
                 if (r < 0)
                         return r;
@@ -348,18 +350,16 @@ static int run_pack(engine_t *e, decode_t *dec, int slot, int pos, const char *p
                         fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
                         return r;
                 }
-                f = RECORD_RGB8;
         } else {
-                r = run_read_input(path, dst, RECORD_MAX_BYTES, &len);
+                r = run_read_input(path, dst, pack_row_bytes(f), &len);
                 if (r < 0)
                         return r;
-                r = record_identify(dst, len, NULL, 0, &f, &code, &err);
-                if (r < 0) {
-                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
-                        return r;
+                if (len != pack_row_bytes(f)) {
+                        fprintf(stderr, "inferd-run: %s: changed while being read (%zu bytes, %zu expected)\n",
+                                path, len, pack_row_bytes(f));
+                        return -EIO;
                 }
         }
-        engine_slot_set_format(e, slot, pos, f);
         if (rgb8_out && fwrite(dst, RECORD_RGB8_BYTES, 1, rgb8_out) != 1) {
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", rgb8_path, strerror(errno));
                 return -EIO;
@@ -409,8 +409,11 @@ static int run_check_inputs(const run_args_t *a) {
         return bad ? -EINVAL : 0;
 }
 
+/* Prints the predictions of a completed slot, one line per input; an input
+ * whose logits are not finite gets an error line on stderr instead (the
+ * daemon's non-finite-output) and counts in *refused. */
 static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels, int slot, int first,
-                    int n, double latency_ms, FILE *logits_out) {
+                    int n, double latency_ms, FILE *logits_out, int *refused) {
         const engine_topk_t *top = engine_slot_topk(e, slot);
         const float *logits = engine_slot_logits(e, slot);
         int k = engine_plan_of(e)->top_k;
@@ -425,6 +428,14 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                 };
                 char *line;
 
+                if (!engine_topk_is_finite(top + (size_t)i * k)) {
+                        fflush(stdout);
+                        fprintf(stderr, "inferd-run: %s: the model's output is not finite (a NaN or infinite logit), "
+                                "so there is no prediction [%s]\n", a->inputs[first + i],
+                                RECORD_ERR_NON_FINITE_OUTPUT);
+                        (*refused)++;
+                        continue;
+                }
                 if (prediction_format(&line, top + (size_t)i * k, k, latency_ms, &meta) < 0) {
                         fprintf(stderr, "inferd-run: out of memory\n");
                         return -ENOMEM;
@@ -445,6 +456,7 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
  * results come out in argument order. */
 static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels) {
         int depth = engine_slots(e), batch = engine_max_batch(e), next = 0, oldest = 0, in_flight = 0, r = 0;
+        int refused = 0;        /* inputs without a prediction (non-finite logits) */
         int first[16], count[16];
         double started[16];
         FILE *logits_out = NULL, *rgb8_out = NULL;
@@ -475,13 +487,15 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
         }
         while (next < a->n_inputs || in_flight > 0) {
                 while (next < a->n_inputs && in_flight < depth) {
-                        int slot = (oldest + in_flight) % depth;
-                        int n = a->n_inputs - next < batch ? a->n_inputs - next : batch;
+                        int slot = (oldest + in_flight) % depth, n = 0;
 
-                        for (int i = 0; i < n; i++) {
-                                r = run_pack(e, dec, slot, i, a->inputs[next + i], rgb8_out, a->rgb8);
+                        /* Up to the batch, or fewer once float32 inputs
+                         * fill the slot's packed staging. */
+                        while (n < batch && next + n < a->n_inputs && (n == 0 || engine_slot_has_room(e, slot))) {
+                                r = run_pack(e, dec, slot, n, a->inputs[next + n], rgb8_out, a->rgb8);
                                 if (r < 0)
                                         goto out;
+                                n++;
                         }
                         first[slot] = next;
                         count[slot] = n;
@@ -500,11 +514,17 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         goto out;
                 }
                 r = run_emit(e, a, m, labels, oldest, first[oldest], count[oldest], run_now_ms() - started[oldest],
-                             logits_out);
+                             logits_out, &refused);
                 if (r < 0)
                         goto out;
                 oldest = (oldest + 1) % depth;
                 in_flight--;
+        }
+        /* Like a bad input, an input without a prediction fails the run
+         * (exit status 1), after every other input was printed. */
+        if (refused > 0) {
+                fprintf(stderr, "inferd-run: %d of %d input(s) had no prediction\n", refused, a->n_inputs);
+                r = -EINVAL;
         }
 out:
         /* An engine still computing a slot is waited for by engine_free. */
@@ -531,7 +551,7 @@ static int run_bench(engine_t *e, const run_args_t *a) {
 
         for (int slot = 0; slot < depth; slot++)
                 for (int i = 0; i < batch; i++) {
-                        unsigned char *p = engine_slot_record(e, slot, i);
+                        unsigned char *p = engine_slot_place(e, slot, i, RECORD_RGB8);
 
                         for (size_t k = 0; k < RECORD_RGB8_BYTES; k++) {
                                 s ^= s << 13;
@@ -539,7 +559,6 @@ static int run_bench(engine_t *e, const run_args_t *a) {
                                 s ^= s << 17;
                                 p[k] = (unsigned char)s;
                         }
-                        engine_slot_set_format(e, slot, i, RECORD_RGB8);
                 }
         /* One warm-up batch: first-touch of the arena, OpenBLAS's threads, CUDA's lazy loading. */
         r = engine_submit(e, 0, batch, &err);

@@ -40,6 +40,24 @@ size_t precision_bytes(precision_t p) {
         return p == PRECISION_FP16 || p == PRECISION_BF16 ? 2 : 4;
 }
 
+const char *plan_limit_name(plan_limit_t l) {
+        static const char *const names[] = { "max_batch", "budget", "operand" };
+
+        return (unsigned)l < 3 ? names[l] : "?";
+}
+
+/* The largest batch whose operand of `per_sample` elements a sample stays
+ * below PLAN_OPERAND_ELEMS_LIMIT; 0 when there is no cap (per_sample 0),
+ * and 0 as well when not even one sample fits (plan_make refuses that). */
+static int plan_operand_cap(uint64_t per_sample) {
+        uint64_t cap;
+
+        if (per_sample == 0)
+                return 0;
+        cap = (PLAN_OPERAND_ELEMS_LIMIT - 1) / per_sample;
+        return cap > INT32_MAX ? INT32_MAX : (int)cap;
+}
+
 static size_t plan_align(size_t v, size_t a) {
         return (v + a - 1) / a * a;
 }
@@ -163,6 +181,8 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         r = req->terms(m, req, batch, &p->engine);
         if (r < 0)
                 return r;
+        p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
+        p->limit = PLAN_LIMIT_MAX_BATCH;
         if (req->decode_threads > 0) {
                 r = plan_decode_terms(req->decode_max_pixels, req->decode_input_bytes, &p->decode);
                 if (r < 0)
@@ -219,7 +239,7 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
 
 int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t *err) {
         plan_t p;
-        int lo, hi, r;
+        int lo, hi, cap, r;
 
         if (req->pipeline_depth < 2)
                 return errbuf_set(err, -EINVAL, "the pipeline needs at least 2 slots, not %d", req->pipeline_depth);
@@ -232,9 +252,14 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
                 return errbuf_set(err, r, "the %s engine cannot plan this request", backend_name(req->backend));
         if (!plan_fits(&p))
                 return plan_refuse(&p, err);
+        if (p.engine.gemm_operand_elems_per_sample >= PLAN_OPERAND_ELEMS_LIMIT)
+                return errbuf_set(err, -ENOSPC, "the plan does not fit: one sample's largest GEMM operand has "
+                                  "%llu elements, at or past the limit of 2^31",
+                                  (unsigned long long)p.engine.gemm_operand_elems_per_sample);
+        cap = p.operand_batch_cap;
         /* The total grows with the batch: bisect for the largest that fits. */
         lo = 1;
-        hi = req->max_batch;
+        hi = cap > 0 && cap < req->max_batch ? cap : req->max_batch;
         while (lo < hi) {
                 int mid = lo + (hi - lo + 1) / 2;
 
@@ -250,6 +275,12 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
         r = plan_at_batch(m, req, lo, ret);
         if (r < 0)
                 return errbuf_set(err, r, "the %s engine cannot plan batch %d", backend_name(req->backend), lo);
+        if (lo == req->max_batch)
+                ret->limit = PLAN_LIMIT_MAX_BATCH;
+        else if (lo == cap)
+                ret->limit = PLAN_LIMIT_OPERAND;
+        else
+                ret->limit = PLAN_LIMIT_BUDGET;
         return 0;
 }
 
@@ -260,6 +291,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"workspace_bytes\":%llu,\"staging_bytes\":%llu,\"context_bytes\":%llu,\"graph_bytes\":%llu,"
                 "\"pinned_host_bytes\":%llu,\"total_bytes\":%llu,\"budget_bytes\":%llu,"
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
+                "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu}\n",
                 backend_name(p->backend), precision_name(p->precision), p->max_batch, p->pipeline_depth,
@@ -269,9 +301,10 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->engine.graph_bytes, (unsigned long long)p->pinned_host_bytes,
                 (unsigned long long)p->total_bytes, (unsigned long long)p->budget_bytes,
                 (unsigned long long)p->device_memory_bytes, (unsigned long long)p->host_budget_bytes,
-                p->record_bytes, p->top_k, p->decode_threads, (unsigned long long)p->decode_max_pixels,
-                (unsigned long long)p->decode.buffer_bytes, (unsigned long long)p->decode.library_bytes,
-                (unsigned long long)p->decode_host_bytes);
+                p->record_bytes, p->top_k, plan_limit_name(p->limit), p->operand_batch_cap,
+                (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
+                (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
+                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes);
         return ferror(out) ? -EIO : 0;
 }
 
@@ -291,6 +324,10 @@ int plan_write_text(const plan_t *p, FILE *out) {
 
         fprintf(out, "memory plan: %s engine, %s, batch up to %d, %d pipeline slots\n", backend_name(p->backend),
                 precision_name(p->precision), p->max_batch, p->pipeline_depth);
+        if (p->limit == PLAN_LIMIT_OPERAND)
+                fprintf(out, "  batch capped at %d: one more sample takes the largest GEMM operand (%llu elements a "
+                        "sample) to 2^31 elements\n", p->max_batch,
+                        (unsigned long long)p->engine.gemm_operand_elems_per_sample);
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
                 fprintf(out, "  %-22s %12s  (%llu bytes)\n", rows[i].name,
                         units_format_size(rows[i].bytes, a, sizeof(a)), (unsigned long long)rows[i].bytes);

@@ -55,6 +55,12 @@ typedef struct plan_engine_terms {
         uint64_t workspace_bytes;       /* im2col / GEMM / top-k scratch */
         uint64_t staging_bytes;         /* device-side input and output buffers of all slots */
         uint64_t pinned_host_bytes;     /* host input and output buffers of all slots */
+        /* Elements per sample of the largest single GEMM operand the engine
+         * forms with the batch folded into its rows (the CUDA engine: conv1's
+         * im2col matrix). The planner keeps operand * batch below
+         * PLAN_OPERAND_ELEMS_LIMIT. 0: no operand grows with the batch that
+         * way (the CPU engine runs its im2col in bounded chunks). */
+        uint64_t gemm_operand_elems_per_sample;
 } plan_engine_terms_t;
 
 /* The host buffers of one decode context (src/decode carves them from these
@@ -78,6 +84,22 @@ typedef struct plan_decode_terms {
  * a copy of the encoded input when input_bytes > 0. Returns 0, or -EINVAL
  * when max_pixels is 0. */
 int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *ret);
+
+/* No GEMM operand of a planned batch reaches this many elements: 2^31, where
+ * 32-bit element indices and counts (cuBLASLt's kernels, grid arithmetic)
+ * stop being safe. The planner caps the batch below it rather than
+ * splitting that GEMM. */
+#define PLAN_OPERAND_ELEMS_LIMIT ((uint64_t)1 << 31)
+
+/* What decided a plan's max_batch. */
+typedef enum plan_limit {
+        PLAN_LIMIT_MAX_BATCH,           /* the request's max_batch (config [memory] max_batch) */
+        PLAN_LIMIT_BUDGET,              /* the device (or host) budget: one more sample does not fit */
+        PLAN_LIMIT_OPERAND,             /* one more sample takes a GEMM operand to PLAN_OPERAND_ELEMS_LIMIT */
+} plan_limit_t;
+
+/* "max_batch", "budget", "operand". */
+const char *plan_limit_name(plan_limit_t l);
 
 struct plan_request;
 typedef int (*plan_terms_fn)(const model_t *m, const struct plan_request *req, int batch,
@@ -104,6 +126,9 @@ typedef struct plan {
         backend_t backend;
         precision_t precision;
         int max_batch;                  /* the largest batch that fits */
+        plan_limit_t limit;             /* what decided max_batch (plan_make; MAX_BATCH from plan_at_batch) */
+        int operand_batch_cap;          /* the largest batch whose GEMM operands stay below
+                                         * PLAN_OPERAND_ELEMS_LIMIT; 0: no such cap */
         int pipeline_depth;
         int top_k;
         size_t record_bytes;
@@ -152,7 +177,9 @@ uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MOD
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *ret);
 
 /* Finds the largest batch <= req->max_batch whose device total fits
- * req->budget_bytes and whose pinned host bytes fit req->host_budget_bytes.
+ * req->budget_bytes, whose pinned host bytes fit req->host_budget_bytes, and
+ * whose largest GEMM operand stays below PLAN_OPERAND_ELEMS_LIMIT (the
+ * plan's limit and operand_batch_cap say which bound decided).
  * When not even one sample fits, returns -ENOSPC with a sentence that names
  * the term that did not fit. */
 int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t *err);

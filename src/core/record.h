@@ -31,6 +31,9 @@ typedef enum record_format {
 #define RECORD_ERR_BAD_CONTENT_TYPE "bad-content-type"
 #define RECORD_ERR_DECODE_FAILED "decode-failed"
 #define RECORD_ERR_TOO_LARGE "too-large"
+/* Not a property of the bytes: the engine computed non-finite logits for the
+ * record (engine.h, ENGINE_TOPK_NONFINITE), so it has no prediction. */
+#define RECORD_ERR_NON_FINITE_OUTPUT "non-finite-output"
 
 const char *record_format_mime(record_format_t f);
 /* RECORD_UNKNOWN for a content-type this project does not know. Parameters

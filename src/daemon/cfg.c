@@ -86,7 +86,7 @@ static const cfg_key_t cfg_keys[] = {
           "Device memory the plan may use: a SIZE or a percentage of the device's memory." },
         { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, false, false,
           F(memory.host_budget_bytes),
-          "Host memory for the pinned buffers and librdkafka's fetch queues." },
+          "Host memory for the pinned buffers and librdkafka's queues: what the pinned buffers leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged." },
         { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
           "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
 

@@ -33,8 +33,15 @@ static const uint64_t kafka_io_payload = 1;
 
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
         /* Half of what is left for the prefetch queue, a quarter for one fetch
-         * response; never below what one float32 record needs. */
-        uint64_t q = bytes / 2, f = bytes / 4;
+         * response; never below what one float32 record needs. The last
+         * quarter bounds the producer's queue, which librdkafka would
+         * otherwise let grow to 1 GiB whatever the budget, e.g. while the
+         * output topic's leader is away but the input is still read; when it
+         * is full, produce returns QUEUE_FULL and the pipeline holds back.
+         * Its floor, 4 MiB, is above the producer's message.max.bytes
+         * (1,000,000 by default), so that the largest DLQ copy always fits in
+         * an empty queue. */
+        uint64_t q = bytes / 2, f = bytes / 4, p = bytes / 4;
 
         if (q < 4ull << 20)
                 q = 4ull << 20;
@@ -44,9 +51,14 @@ void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
                 f = 2ull << 20;
         if (f > 256ull << 20)
                 f = 256ull << 20;
+        if (p < 4ull << 20)
+                p = 4ull << 20;
+        if (p > 1ull << 30)
+                p = 1ull << 30;
         ret->queued_max_kbytes = q / 1024;
         ret->fetch_max_bytes = f;
         ret->partition_fetch_max_bytes = f;
+        ret->producer_queue_kbytes = p / 1024;
 }
 
 static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, errbuf_t *err) {
@@ -204,8 +216,9 @@ fail:
         return r;
 }
 
-static int kafka_new_producer(kafka_t *k, const cfg_t *c, errbuf_t *err) {
+static int kafka_new_producer(kafka_t *k, const cfg_t *c, const kafka_limits_t *lim, errbuf_t *err) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char num[32];
         int r;
 
         if (!conf)
@@ -213,6 +226,9 @@ static int kafka_new_producer(kafka_t *k, const cfg_t *c, errbuf_t *err) {
         if ((r = kafka_conf_set(conf, "bootstrap.servers", c->kafka.brokers, err)) < 0 ||
             (r = kafka_conf_set(conf, "linger.ms", "5", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0)
+                goto fail;
+        snprintf(num, sizeof(num), "%" PRIu64, lim->producer_queue_kbytes);
+        if ((r = kafka_conf_set(conf, "queue.buffering.max.kbytes", num, err)) < 0)
                 goto fail;
         r = cfg_kafka_apply(c, 1, conf, err);
         if (r < 0)
@@ -251,7 +267,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         r = kafka_new_consumer(k, c, limits, err);
         if (r < 0)
                 goto fail;
-        r = kafka_new_producer(k, c, err);
+        r = kafka_new_producer(k, c, limits, err);
         if (r < 0)
                 goto fail;
 

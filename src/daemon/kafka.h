@@ -42,11 +42,13 @@ typedef struct kafka_callbacks {
 } kafka_callbacks_t;
 
 /* Fetch and queue limits derived from the host budget: the fetched bytes
- * librdkafka may hold before the pipeline takes them. */
+ * librdkafka may hold before the pipeline takes them, and the produced bytes
+ * (predictions, DLQ copies) it may hold before the broker acknowledges them. */
 typedef struct kafka_limits {
         uint64_t queued_max_kbytes;     /* queued.max.messages.kbytes */
         uint64_t fetch_max_bytes;       /* fetch.max.bytes */
         uint64_t partition_fetch_max_bytes;     /* max.partition.fetch.bytes */
+        uint64_t producer_queue_kbytes; /* queue.buffering.max.kbytes */
 } kafka_limits_t;
 
 /* Derives the limits from the bytes of host memory left for Kafka. */

@@ -131,20 +131,14 @@ static const engine_ops_t pipebench_ops = {
 
 int pipebench_open(engine_t **ret, const plan_t *plan, errbuf_t *err) {
         engine_t *e = calloc(1, sizeof(*e));
-        size_t records;
         int r;
 
         if (!e)
                 return errbuf_set(err, -ENOMEM, "out of memory");
         e->plan = *plan;
-        records = (size_t)plan->pipeline_depth * (size_t)plan->max_batch;
-        e->formats = calloc(records, sizeof(*e->formats));
-        e->slot_n = calloc((size_t)plan->pipeline_depth, sizeof(*e->slot_n));
-        e->slot_state = calloc((size_t)plan->pipeline_depth, sizeof(*e->slot_state));
-        if (!e->formats || !e->slot_n || !e->slot_state) {
-                r = errbuf_set(err, -ENOMEM, "out of memory");
+        r = engine_slots_alloc(e, err);
+        if (r < 0)
                 goto fail;
-        }
         r = pipebench_ops.open(e, err);
         if (r < 0)
                 goto fail;

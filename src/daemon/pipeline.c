@@ -168,12 +168,15 @@ static int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m) {
         return 0;
 }
 
+/* part_id of pipeline_dead_letter: the record is not tracked yet. */
+#define PIPELINE_TRACK_NOW (-1)
+
 /* Sends a refused record to the DLQ with its key, value and headers, plus
- * inferd-error and inferd-error-detail. Consumes m on success. tag is the
- * offset store's id when the record is tracked already (a decode refused in
- * a slot), or -1 to track it now. */
+ * inferd-error and inferd-error-detail. part_id is the offset store's id
+ * when the record was already tracked (a batched record refused after the
+ * engine ran), or PIPELINE_TRACK_NOW. Consumes m on success. */
 static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail,
-                                int tag) {
+                                int part_id) {
         rd_kafka_headers_t *in = NULL, *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
@@ -211,7 +214,7 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
                 goto fail;
         }
         /* h and t belong to librdkafka now. */
-        t->part_id = tag >= 0 ? tag : pipeline_track(p, m);
+        t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, m) : part_id;
         p->dlq_out++;
         log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
                                        LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
@@ -260,6 +263,23 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                 }
                 h = pipeline_source_headers(m);
                 t = pipeline_ticket_new(m, false);
+                if (!engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
+                        /* No prediction: the record goes to the DLQ instead,
+                         * under the offset it was tracked with. */
+                        if (h)
+                                rd_kafka_headers_destroy(h);
+                        free(t);
+                        r = pipeline_dead_letter(p, m, RECORD_ERR_NON_FINITE_OUTPUT,
+                                                 "the model's output for this record is not finite (a NaN or "
+                                                 "infinite logit), so it has no prediction",
+                                                 e->tag);
+                        if (r < 0) {
+                                p->slot_produced[slot] = i;
+                                return r;
+                        }
+                        e->msg = NULL;
+                        continue;
+                }
                 len = prediction_format(&json, top + (size_t)i * p->engine_top_k, p->top_k,
                                         (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
                 if (!h || !t || len < 0) {
@@ -444,6 +464,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         const char *code = NULL;
         errbuf_t err = {};
         batch_entry_t *e;
+        void *dst;
         int slot, idx, full, r;
 
         if (m->err) {
@@ -470,7 +491,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         else
                 r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         if (r < 0) {
-                r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, -1);
+                r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
                 if (r == -ENOBUFS)
                         return r;
                 if (r < 0) {
@@ -493,23 +514,29 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = pipeline_track(p, m);
         if (record_is_encoded(fmt)) {
-                /* A decode thread writes the slot's record; the message (and
-                 * so its payload) stays in the slot until it is produced. */
+                /* A decode thread writes the slot's record, placed as RGB8;
+                 * the message (and so its payload) stays in the slot until
+                 * it is produced. */
                 decode_job_t *j = &p->jobs[slot * p->capacity + idx];
 
-                *j = (decode_job_t){ .data = m->payload, .len = m->len, .format = fmt,
-                                     .out = engine_slot_record(p->engine, slot, idx) };
+                dst = engine_slot_place(p->engine, slot, idx, RECORD_RGB8);
+                assert(dst);
+                *j = (decode_job_t){ .data = m->payload, .len = m->len, .format = fmt, .out = dst };
                 p->refused[slot * p->capacity + idx] = false;
                 r = decode_pool_submit(p->decode, j);
                 assert(r == 0);         /* not full: checked above, on this thread */
                 p->slot_decoding[slot]++;
-                fmt = RECORD_RGB8;
-        } else
-                /* The record's bytes go straight into the slot's (pinned) input. */
-                memcpy(engine_slot_record(p->engine, slot, idx), m->payload, m->len);
-        engine_slot_set_format(p->engine, slot, idx, fmt);
+        } else {
+                /* The record's bytes go straight into the slot's (pinned) input,
+                 * packed by format. It fits: a slot is submitted as soon as it has
+                 * no room for a record of either format (below). */
+                dst = engine_slot_place(p->engine, slot, idx, fmt);
+                assert(dst && m->len == pack_row_bytes(fmt));
+                memcpy(dst, m->payload, m->len);
+        }
         p->records_in++;
-        if (full)
+        /* Full by count, or by bytes (the next record could be float32). */
+        if (full || !engine_slot_has_room(p->engine, slot))
                 pipeline_submit(p, slot);
         else if (idx == 0)
                 pipeline_arm_delay(p, e->arrived_us);

@@ -186,6 +186,23 @@ void cpu_softmax(int n, int m, const float *in, float *out) {
         }
 }
 
+int cpu_head_row(const float *logits, int k, engine_topk_t *out) {
+        float probs[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+
+        for (int i = 0; i < MODEL_CLASSES; i++)
+                mx = fmaxf(mx, logits[i]);
+        for (int i = 0; i < MODEL_CLASSES; i++)
+                sum += expf(logits[i] - mx);
+        if (!isfinite(mx) || !isfinite(sum)) {
+                for (int j = 0; j < k; j++)
+                        out[j] = (engine_topk_t){ .cls = ENGINE_TOPK_NONFINITE, .score = NAN };
+                return 0;
+        }
+        cpu_softmax(1, MODEL_CLASSES, logits, probs);
+        cpu_topk(MODEL_CLASSES, k, probs, out);
+        return 1;
+}
+
 void cpu_topk(int m, int k, const float *x, engine_topk_t *out) {
         int n = 0;
 

@@ -59,6 +59,14 @@ void cpu_softmax(int n, int m, const float *in, float *out);
 /* The k largest of x (m), by descending value, ties to the lower index. */
 void cpu_topk(int m, int k, const float *x, engine_topk_t *out);
 
+/* The head of one row of logits (1000) as both engines define it: when the
+ * row's max (fmaxf over the row, which passes over NaN, as the CUDA head's
+ * reduction does) or its sum of expf(x - max) is not finite, every entry of
+ * out (k) becomes { ENGINE_TOPK_NONFINITE, NaN } and 0 is returned;
+ * otherwise out holds the top k of the softmax (cpu_softmax, cpu_topk) and 1
+ * is returned. */
+int cpu_head_row(const float *logits, int k, engine_topk_t *out);
+
 /* One record to the network input (224, 224, 3) fp32 NHWC:
  * rgb8 (224, 224, 3) uint8 HWC -> (x / 255 - mean) / std, torchvision's
  * constants; f32 CHW (3, 224, 224), already normalised -> transposed. */

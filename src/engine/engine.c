@@ -133,18 +133,27 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
                 e->ops = NULL;  /* open cleans up after itself */
                 goto fail;
         }
-        e->formats = calloc((size_t)e->plan.pipeline_depth * e->plan.max_batch, sizeof(*e->formats));
-        e->slot_n = calloc((size_t)e->plan.pipeline_depth, sizeof(*e->slot_n));
-        e->slot_state = calloc((size_t)e->plan.pipeline_depth, sizeof(*e->slot_state));
-        if (!e->formats || !e->slot_n || !e->slot_state) {
-                r = errbuf_set(err, -ENOMEM, "out of memory");
+        r = engine_slots_alloc(e, err);
+        if (r < 0)
                 goto fail;
-        }
         *ret = e;
         return 0;
 fail:
         engine_free(e);
         return r;
+}
+
+int engine_slots_alloc(engine_t *e, errbuf_t *err) {
+        size_t depth = (size_t)e->plan.pipeline_depth, records = depth * (size_t)e->plan.max_batch;
+
+        e->formats = calloc(records, sizeof(*e->formats));
+        e->offsets = calloc(records, sizeof(*e->offsets));
+        e->slot_n = calloc(depth, sizeof(*e->slot_n));
+        e->slot_state = calloc(depth, sizeof(*e->slot_state));
+        e->packs = calloc(depth, sizeof(*e->packs));
+        if (!e->formats || !e->offsets || !e->slot_n || !e->slot_state || !e->packs)
+                return errbuf_set(err, -ENOMEM, "out of memory for the engine's slot bookkeeping");
+        return 0;
 }
 
 void engine_free(engine_t *e) {
@@ -155,6 +164,8 @@ void engine_free(engine_t *e) {
         free(e->formats);
         free(e->slot_n);
         free(e->slot_state);
+        free(e->offsets);
+        free(e->packs);
         free(e);
 }
 
@@ -178,13 +189,39 @@ int engine_max_batch(const engine_t *e) {
         return e->plan.max_batch;
 }
 
-void *engine_slot_record(engine_t *e, int slot, int i) {
+void *engine_slot_place(engine_t *e, int slot, int i, record_format_t f) {
+        size_t at = (size_t)slot * e->plan.max_batch + i;
+        pack_t *p;
+
         assert(slot >= 0 && slot < e->plan.pipeline_depth && i >= 0 && i < e->plan.max_batch);
-        return (char *)e->ops->slot_input(e, slot) + (size_t)i * RECORD_MAX_BYTES;
+        /* A slot in flight is still being read (the CUDA engine's copy). */
+        assert(e->slot_state[slot] != ENGINE_SLOT_BUSY);
+        p = &e->packs[slot];
+        if (i == 0)
+                pack_init(p, e->plan.max_batch);
+        assert(i == p->rows);
+        if (pack_add(p, f, &e->offsets[at]) < 0)
+                return NULL;
+        e->formats[at] = f;
+        return (char *)e->ops->slot_input(e, slot) + e->offsets[at];
 }
 
-void engine_slot_set_format(engine_t *e, int slot, int i, record_format_t f) {
-        e->formats[(size_t)slot * e->plan.max_batch + i] = f;
+int engine_slot_has_room(const engine_t *e, int slot) {
+        assert(slot >= 0 && slot < e->plan.pipeline_depth);
+        /* Never placed: an empty batch. */
+        return e->packs[slot].max_rows == 0 || pack_has_room(&e->packs[slot]);
+}
+
+const void *engine_slot_record(engine_t *e, int slot, int i) {
+        assert(slot >= 0 && slot < e->plan.pipeline_depth && i >= 0 && i < e->packs[slot].rows);
+        return (const char *)e->ops->slot_input(e, slot) + e->offsets[(size_t)slot * e->plan.max_batch + i];
+}
+
+uint64_t engine_slot_input_bytes(const engine_t *e, int slot, int n) {
+        size_t last = (size_t)slot * e->plan.max_batch + n - 1;
+
+        assert(n >= 1 && n <= e->packs[slot].rows);
+        return e->offsets[last] + pack_row_bytes(e->formats[last]);
 }
 
 int engine_submit(engine_t *e, int slot, int n, errbuf_t *err) {
@@ -197,6 +234,9 @@ int engine_submit(engine_t *e, int slot, int n, errbuf_t *err) {
                                   e->plan.max_batch);
         if (e->slot_state[slot] == ENGINE_SLOT_BUSY)
                 return errbuf_set(err, -EBUSY, "slot %d is still in flight", slot);
+        if (n > e->packs[slot].rows)
+                return errbuf_set(err, -EINVAL, "a batch of %d records in slot %d, which holds %d placed", n, slot,
+                                  e->packs[slot].rows);
         for (int i = 0; i < n; i++) {
                 record_format_t f = e->formats[(size_t)slot * e->plan.max_batch + i];
 

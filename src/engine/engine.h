@@ -3,8 +3,11 @@
  * An engine is opened on a loaded model and a plan. It owns one arena of
  * plan->total_bytes (device memory for CUDA, host memory for the CPU) and the
  * host staging of plan->pipeline_depth slots, each holding up to
- * plan->max_batch records. The caller packs raw records straight into a
- * slot's input buffer, submits the slot, and learns of its completion
+ * plan->max_batch records packed by format (engine/pack.h: an rgb8 record
+ * takes its 150,528 bytes, a float32 one 602,112, and a slot holds
+ * max_batch rgb8 records or fewer when float32 ones are among them). The
+ * caller places raw records straight into a slot's input buffer
+ * (engine_slot_place), submits the slot, and learns of its completion
  * through a file descriptor that becomes readable (an eventfd), so an event
  * loop can wait for it beside everything else. Results (logits, and the
  * top-k with softmax scores) stay in the slot until it is submitted again.
@@ -25,6 +28,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/record.h"
+#include "engine/pack.h"
 
 #define ENGINE_TOPK_MAX MODEL_CLASSES
 
@@ -32,6 +36,20 @@ typedef struct engine_topk {
         int32_t cls;            /* class index, 0..999 */
         float score;            /* softmax probability */
 } engine_topk_t;
+
+/* A row without a prediction. When a row's logits have a non-finite max or
+ * softmax sum (a NaN or an infinity: an fp16/bf16 overflow, or weights that
+ * overflow), softmax would give NaN scores on classes 0..k-1, which look
+ * plausible. Both engines instead mark such a row: every entry of its top-k
+ * is { ENGINE_TOPK_NONFINITE, NaN }. Its logits are left as computed.
+ * Callers test a row with engine_topk_is_finite() and refuse that record
+ * (the daemon's DLQ code RECORD_ERR_NON_FINITE_OUTPUT). */
+#define ENGINE_TOPK_NONFINITE (-1)
+
+/* row: the k entries of one record's top-k. 0 when the row is marked. */
+static inline int engine_topk_is_finite(const engine_topk_t *row) {
+        return row[0].cls != ENGINE_TOPK_NONFINITE;
+}
 
 typedef struct engine engine_t;
 
@@ -45,7 +63,7 @@ typedef struct engine_ops {
         const char *name;       /* "cpu", "cuda" */
         int (*open)(engine_t *e, errbuf_t *err);        /* fills e->impl, carves the arena */
         void (*close)(engine_t *e);
-        void *(*slot_input)(engine_t *e, int slot);     /* (max_batch, RECORD_MAX_BYTES) host staging */
+        void *(*slot_input)(engine_t *e, int slot);     /* pack_capacity_bytes(max_batch) of host staging */
         int (*submit)(engine_t *e, int slot, int n, errbuf_t *err);
         int (*reap)(engine_t *e, int *slot, errbuf_t *err);     /* 1 + slot, 0 none, -errno */
         const float *(*slot_logits)(engine_t *e, int slot);     /* (n, 1000) fp32 */
@@ -60,6 +78,8 @@ struct engine {
         plan_t plan;            /* copied at open; an engine's open may lower max_batch, never raise it */
         int device;             /* CUDA device ordinal */
         record_format_t *formats;       /* (depth, max_batch): the format of each packed record */
+        uint64_t *offsets;      /* (depth, max_batch): where each record starts in the slot's input */
+        pack_t *packs;          /* (depth): the packing of each slot's current batch */
         int *slot_n;            /* (depth): records in the slot's current batch */
         unsigned char *slot_state;      /* (depth): ENGINE_SLOT_* */
         void *impl;
@@ -96,6 +116,11 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
 
 /* NULL is a no-op. Waits for work in flight. */
 void engine_free(engine_t *e);
+/* Allocates the host bookkeeping of e's slots (formats, offsets, counts,
+ * states, packing) for e->plan: engine_open's, and that of any other
+ * executor that builds an engine_t itself (the pipeline benchmark's).
+ * engine_free frees it. */
+int engine_slots_alloc(engine_t *e, errbuf_t *err);
 
 const char *engine_backend(const engine_t *e);
 precision_t engine_precision(const engine_t *e);
@@ -103,12 +128,28 @@ const plan_t *engine_plan_of(const engine_t *e);
 int engine_slots(const engine_t *e);
 int engine_max_batch(const engine_t *e);
 
-/* Where record i of slot goes (RECORD_MAX_BYTES of host staging). The caller
- * copies the record's bytes and tells its format. */
-void *engine_slot_record(engine_t *e, int slot, int i);
-void engine_slot_set_format(engine_t *e, int slot, int i, record_format_t f);
+/* Places record i of slot's batch, of format f (RECORD_RGB8 or
+ * RECORD_F32_CHW), and returns where its pack_row_bytes(f) bytes go in the
+ * slot's host staging; the caller copies them there. Records are packed in
+ * the order placed: i == 0 starts a new batch, and any other i must be the
+ * count placed so far. Returns NULL when the record does not fit (the slot
+ * is full: submit it) or f is not runnable. */
+void *engine_slot_place(engine_t *e, int slot, int i, record_format_t f);
 
-/* Starts the batch of n records (1 <= n <= max_batch) packed in slot. */
+/* Whether slot's batch can take one more record of either format (then
+ * engine_slot_place cannot fail for it): fewer than max_batch placed, and
+ * room for a float32 record. A caller filling a slot submits it once this
+ * is false. */
+int engine_slot_has_room(const engine_t *e, int slot);
+
+/* Where record i of slot was placed, and the packed bytes of its first n
+ * records (what the CUDA engine copies to the device). For the backends. */
+const void *engine_slot_record(engine_t *e, int slot, int i);
+uint64_t engine_slot_input_bytes(const engine_t *e, int slot, int n);
+
+/* Starts the batch of the first n records placed in slot (1 <= n <=
+ * max_batch). A slot may be submitted again without placing anew: its
+ * records stay where they were placed until record 0 is placed again. */
 int engine_submit(engine_t *e, int slot, int n, errbuf_t *err);
 
 /* The fd that becomes readable when a submitted slot completes. */
@@ -124,7 +165,8 @@ int engine_reap(engine_t *e, int *slot, errbuf_t *err);
 int engine_wait(engine_t *e, int slot, errbuf_t *err);
 
 /* Results of a completed slot: logits (n, 1000) fp32, and top-k (n, top_k)
- * sorted by descending score. */
+ * sorted by descending score; a row whose logits are not finite is marked
+ * (ENGINE_TOPK_NONFINITE above). */
 const float *engine_slot_logits(engine_t *e, int slot);
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
 

@@ -7,7 +7,8 @@
  *
  * Memory: the weights stay in the model's folded fp32 blocks (counted once by
  * the plan); one arena holds the activations at max_batch and the im2col
- * workspace; one host block holds every slot's records and results. Both are
+ * workspace; one host block holds every slot's records (packed by format,
+ * engine/pack.h) and results. Both are
  * sized by engine_cpu_layout, the same function that gives the plan its
  * terms, and nothing is allocated per batch.
  *
@@ -30,7 +31,7 @@
 typedef struct engine_cpu_layout {
         size_t activation_bytes;        /* arena: activations of max_batch */
         size_t workspace_bytes;         /* arena: im2col scratch */
-        size_t input_bytes_per_slot;    /* host: (batch, RECORD_MAX_BYTES) */
+        size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
         size_t logits_bytes_per_slot;   /* host: (batch, 1000) fp32 */
         size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
         size_t host_bytes;              /* all slots */
@@ -65,7 +66,7 @@ static void engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, i
         }
         l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * sizeof(float));
         l->workspace_bytes = engine_cpu_align(ws * sizeof(float));
-        l->input_bytes_per_slot = engine_cpu_align((size_t)batch * RECORD_MAX_BYTES);
+        l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
         l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * MODEL_CLASSES * sizeof(float));
         l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
         l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot);
@@ -140,13 +141,14 @@ static float *engine_cpu_tensor(engine_t *e, int t) {
 static void engine_cpu_forward(engine_t *e, int slot, int n) {
         engine_cpu_t *c = e->impl;
         const model_t *m = e->model;
-        const unsigned char *records = engine_cpu_slot_base(e, slot);
+        const unsigned char *records = engine_cpu_slot_base(e, slot);   /* packed: record i at offsets[i] */
+        const uint64_t *offsets = e->offsets + (size_t)slot * e->plan.max_batch;
         float *input = engine_cpu_tensor(e, m->input), *logits;
         engine_topk_t *top;
         size_t in_elems = m->tensors[m->input].elems;
 
         for (int i = 0; i < n; i++) {
-                const unsigned char *rec = records + (size_t)i * RECORD_MAX_BYTES;
+                const unsigned char *rec = records + offsets[i];
 
                 if (e->formats[(size_t)slot * e->plan.max_batch + i] == RECORD_RGB8)
                         cpu_preprocess_rgb8(rec, input + i * in_elems);
@@ -179,12 +181,9 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         logits = (float *)engine_cpu_slot_logits(e, slot);
         top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
         memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * MODEL_CLASSES * sizeof(float));
-        for (int i = 0; i < n; i++) {
-                float probs[MODEL_CLASSES];
-
-                cpu_softmax(1, MODEL_CLASSES, logits + (size_t)i * MODEL_CLASSES, probs);
-                cpu_topk(MODEL_CLASSES, e->plan.top_k, probs, top + (size_t)i * e->plan.top_k);
-        }
+        /* A row with non-finite logits is marked, not ranked (engine.h). */
+        for (int i = 0; i < n; i++)
+                cpu_head_row(logits + (size_t)i * MODEL_CLASSES, e->plan.top_k, top + (size_t)i * e->plan.top_k);
 }
 
 static void *engine_cpu_worker(void *userdata) {

@@ -50,6 +50,29 @@ size_t engine_cuda_im2col_elems_per_sample(const model_t *m) {
         return best;
 }
 
+size_t engine_cuda_gemm_operand_elems_per_sample(const model_t *m) {
+        size_t best = 0;
+
+        assert(m);
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+                size_t a, d;
+
+                if (op->kind != MODEL_OP_CONV && op->kind != MODEL_OP_FC)
+                        continue;
+                if (engine_cuda_op_needs_im2col(op))
+                        a = (size_t)op->h_out * op->w_out * engine_cuda_gemm_k(op);
+                else
+                        a = (size_t)op->h_in * op->w_in * op->cin;
+                d = (size_t)op->h_out * op->w_out * op->cout;
+                if (a > best)
+                        best = a;
+                if (d > best)
+                        best = d;
+        }
+        return best;
+}
+
 uint64_t engine_cuda_padded_weights(const model_t *m, precision_t p, uint64_t offsets[MODEL_MAX_OPS]) {
         uint64_t off = 0;
 
@@ -86,14 +109,16 @@ int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int t
         b = (uint64_t)batch;
         pb = precision_bytes(p);
 
-        /* One slot block; RECORD_MAX_BYTES (602,112 = 2,352 * 256) keeps the
-         * following regions aligned, the align_up()s keep it so whatever
-         * the batch. */
+        /* One slot block; the packed input (a multiple of 256 bytes, as both
+         * record sizes are) keeps the following regions aligned, the
+         * align_up()s keep it so whatever the batch. */
         off = 0;
         L.slot.input_off = off;
-        off = align_up(off + b * RECORD_MAX_BYTES, ENGINE_CUDA_ALIGN_BYTES);
+        off = align_up(off + pack_capacity_bytes(batch), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.formats_off = off;
         off = align_up(off + b * sizeof(int32_t), ENGINE_CUDA_ALIGN_BYTES);
+        L.slot.offsets_off = off;
+        off = align_up(off + b * sizeof(int64_t), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.logits_off = off;
         off = align_up(off + b * MODEL_CLASSES * sizeof(float), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.topk_off = off;
@@ -191,5 +216,6 @@ int engine_cuda_plan_terms(const model_t *m, const plan_request_t *req, int batc
         ret->workspace_bytes = L.workspace_bytes;
         ret->staging_bytes = L.staging_bytes;
         ret->pinned_host_bytes = L.pinned_host_bytes;
+        ret->gemm_operand_elems_per_sample = engine_cuda_gemm_operand_elems_per_sample(m);
         return 0;
 }

@@ -20,12 +20,16 @@
  * A slot block holds, at the same offsets on the device and in pinned host
  * memory:
  *
- *   input    (batch, RECORD_MAX_BYTES) raw records, record i at i * RECORD_MAX_BYTES
+ *   input    pack_capacity_bytes(batch) raw records packed by format
+ *            (engine/pack.h): (batch - 1) * 150,528 + 602,112 bytes
  *   formats  (batch) int32 record_format_t
+ *   offsets  (batch) int64: where record i starts in input
  *   logits   (batch, 1000) fp32
  *   topk     (batch, top_k) engine_topk_t
  *
- * The pinned host staging is depth slot blocks, nothing else.
+ * The pinned host staging is depth slot blocks, nothing else. A submit
+ * copies only the packed bytes of its records (and the bucket's formats and
+ * offsets) to the device.
  *
  * The CUDA context and the captured graphs live outside the arena (the
  * driver allocates them); their terms are estimates until open measures the
@@ -80,8 +84,9 @@ extern "C" {
 #define ENGINE_CUDA_MAX_BUCKETS 40
 
 typedef struct engine_cuda_slot_layout {
-        uint64_t input_off;     /* (batch, RECORD_MAX_BYTES) raw records */
+        uint64_t input_off;     /* pack_capacity_bytes(batch): raw records packed by format */
         uint64_t formats_off;   /* (batch) int32 record_format_t */
+        uint64_t offsets_off;   /* (batch) int64: record i's byte offset in input */
         uint64_t logits_off;    /* (batch, MODEL_CLASSES) fp32 */
         uint64_t topk_off;      /* (batch, top_k) engine_topk_t */
         uint64_t bytes;         /* the whole block, a multiple of ENGINE_CUDA_ALIGN_BYTES */
@@ -126,6 +131,13 @@ size_t engine_cuda_gemm_k(const model_op_t *op);
 /* The largest im2col matrix of m, in elements per sample: rows ho * wo,
  * columns engine_cuda_gemm_k(). */
 size_t engine_cuda_im2col_elems_per_sample(const model_t *m);
+
+/* The largest GEMM operand of m, in elements per sample: over every conv
+ * and the FC, A (the im2col matrix, or the input activations of a plain
+ * GEMM) and C/D (the output, (ho * wo, cout)). For ResNet-50 it is conv1's
+ * im2col, 112 * 112 * 152. The planner keeps it times the batch below 2^31
+ * (plan_engine_terms_t.gemm_operand_elems_per_sample). */
+size_t engine_cuda_gemm_operand_elems_per_sample(const model_t *m);
 
 /* Where the zero-padded weight copies go, relative to the layout's
  * padded_w_off: offsets[i] for each op whose engine_cuda_gemm_k() exceeds

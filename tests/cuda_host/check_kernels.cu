@@ -139,16 +139,35 @@ static void check_pool(int n, int h, int w, int c) {
         }
 }
 
-/* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again:
- * fp32 results must equal the reference bit for bit. */
+/* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again,
+ * packed by format as engine_slot_place packs them (pack_add): offsets 0,
+ * 150,528, -, 752,640 in 903,168 bytes. The padding row's offset points at
+ * the first record's non-zero bytes, so a kernel that read it would not
+ * give zeros. fp32 results must equal the reference bit for bit. */
 static void check_preprocess(void) {
         const int32_t fmt[4] = { RECORD_RGB8, RECORD_F32_CHW, RECORD_UNKNOWN, RECORD_RGB8 };
         const int n = 4;
-        std::vector<uint8_t> rec((size_t)n * RECORD_MAX_BYTES);
+        int64_t off[4];
+        std::vector<uint8_t> rec;
         std::vector<float> ref(SAMPLE_ELEMS);
         struct norm nm;
-        float *chw = (float *)(rec.data() + RECORD_MAX_BYTES);
+        pack_t pk;
 
+        pack_init(&pk, n);
+        for (int b = 0; b < n; b++) {
+                uint64_t o = 0;
+
+                if (fmt[b] == RECORD_UNKNOWN)
+                        off[b] = 0;
+                else if (pack_add(&pk, (record_format_t)fmt[b], &o) == 0)
+                        off[b] = (int64_t)o;
+                else
+                        CHECK(false, "preprocess: record %d does not pack", b);
+        }
+        CHECK(off[1] == 150528 && off[3] == 752640 && pk.used_bytes == 903168,
+              "preprocess: packed at %lld, %lld in %llu bytes", (long long)off[1], (long long)off[3],
+              (unsigned long long)pk.used_bytes);
+        rec.resize(pk.used_bytes);
         for (int c = 0; c < 3; c++) {
                 nm.mean[c] = cpu_imagenet_mean[c];
                 nm.std[c] = cpu_imagenet_std[c];
@@ -156,9 +175,9 @@ static void check_preprocess(void) {
         for (uint8_t &x : rec)
                 x = (uint8_t)(frand() * 127 + 128);
         for (size_t i = 0; i < RECORD_F32_CHW_BYTES / 4; i++)
-                chw[i] = frand() * 3;
+                ((float *)(rec.data() + off[1]))[i] = frand() * 3;
         for (int b = 0; b < n; b++) {
-                const uint8_t *r = rec.data() + (size_t)b * RECORD_MAX_BYTES;
+                const uint8_t *r = rec.data() + off[b];
 
                 if (fmt[b] == RECORD_RGB8)
                         cpu_preprocess_rgb8(r, ref.data());
@@ -167,7 +186,7 @@ static void check_preprocess(void) {
                 else
                         std::fill(ref.begin(), ref.end(), 0.0f);
                 for (long long j = 0; j < SAMPLE_ELEMS; j++) {
-                        float g = preprocess_elem<float>(rec.data(), fmt, nm, (long long)b * SAMPLE_ELEMS + j);
+                        float g = preprocess_elem<float>(rec.data(), fmt, off, nm, (long long)b * SAMPLE_ELEMS + j);
 
                         CHECK(g == ref[j], "preprocess sample %d (format %d) element %lld: %.9g, reference %.9g", b,
                               fmt[b], j, g, ref[j]);
@@ -217,6 +236,37 @@ static void check_topk_sort(void) {
         }
 }
 
+/* The head's non-finite decision (head_row_finite on the max and sum its
+ * reductions compute: fmaxf from -inf, a sum of expf(x - max)) against the
+ * CPU's cpu_head_row on rows with a NaN, a +inf, a single -inf (finite: a
+ * class of probability 0), all -inf, and 3e38s (large but finite). */
+static void check_head_nonfinite(void) {
+        const int cases = 6;
+
+        for (int c = 0; c < cases; c++) {
+                float x[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+                engine_topk_t top[5];
+                bool finite;
+
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        x[i] = c == 4 ? -INFINITY : c == 5 ? 3e38f : frand() * 20.0f;
+                if (c == 1)
+                        x[123] = NAN;
+                if (c == 2)
+                        x[0] = INFINITY;
+                if (c == 3)
+                        x[999] = -INFINITY;
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        mx = fmaxf(mx, x[i]);
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        sum += expf(x[i] - mx);
+                finite = head_row_finite(mx, sum);
+                CHECK(finite == (cpu_head_row(x, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
+                      finite ? "finite" : "non-finite", engine_topk_is_finite(top) ? "finite" : "non-finite");
+                CHECK(finite == (c == 0 || c == 3 || c == 5), "row case %d: %s", c, finite ? "finite" : "non-finite");
+        }
+}
+
 int main() {
         int failed = 0;
 
@@ -242,6 +292,10 @@ int main() {
         fails = 0;
         check_topk_sort();
         report("topk_sort");
+        failed += fails > 0;
+        fails = 0;
+        check_head_nonfinite();
+        report("head_nonfinite");
         failed += fails > 0;
         return failed ? 1 : 0;
 }

@@ -51,6 +51,8 @@ void gpu_layer_ids(const model_t *m, precision_t p, int quick, void (*fn)(void *
         }
         snprintf(id, sizeof(id), "gpu/%s/layer/head", precision_name(p));
         fn(u, id);
+        snprintf(id, sizeof(id), "gpu/%s/layer/head-nonfinite", precision_name(p));
+        fn(u, id);
 }
 
 static void conv_shape_of(const model_op_t *op, int n, cpu_conv_shape_t *s) {
@@ -226,6 +228,63 @@ done:
         free(ref);
 }
 
+/* Poisoned logits through the head: with n >= 3 rows, row 1 holds a NaN
+ * and row 2 a +inf (what an fp16/bf16 overflow upstream gives); those rows
+ * must come back marked (every entry { ENGINE_TOPK_NONFINITE, NaN }), and
+ * row 0 ranked as the CPU's cpu_head_row ranks it. The output starts as a
+ * class no row can have, so an unwritten entry shows. */
+static void check_head_nonfinite(gpu_ctx_t *c, engine_t *e, precision_t p, int n, uint64_t *rng) {
+        int k = engine_plan_of(e)->top_k;
+        float *logits = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
+        engine_topk_t *out = calloc((size_t)n * k, sizeof(*out)), *ref = calloc((size_t)n * k, sizeof(*ref));
+        errbuf_t err = { "" };
+        char id[128];
+        int r;
+
+        snprintf(id, sizeof(id), "gpu/%s/layer/head-nonfinite", precision_name(p));
+        if (n < 3) {
+                gpu_result(c, GPU_SKIP, id, NULL, "needs a plan batch of 3, not %d", n);
+                goto done;
+        }
+        if (!logits || !out || !ref) {
+                gpu_result(c, GPU_FAIL, id, NULL, "out of host memory");
+                goto done;
+        }
+        for (int i = 0; i < n; i++) {
+                head_logits(rng, k, logits + (size_t)i * MODEL_CLASSES);
+                for (int j = 0; j < k; j++)
+                        out[(size_t)i * k + j] = (engine_topk_t){ .cls = 4242, .score = 0.5f };
+        }
+        logits[1 * MODEL_CLASSES + 17] = NAN;
+        logits[2 * MODEL_CLASSES + 999] = INFINITY;
+        for (int i = 0; i < n; i++)
+                cpu_head_row(logits + (size_t)i * MODEL_CLASSES, k, ref + (size_t)i * k);
+        r = c->debug_op(e, ENGINE_CUDA_OP_HEAD, n, logits, NULL, NULL, out, &err);
+        if (r < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "engine_cuda_debug_op: %s (%s)", err.msg, strerror(-r));
+                goto done;
+        }
+        for (int i = 0; i < n; i++)
+                for (int j = 0; j < k; j++) {
+                        const engine_topk_t *o = &out[(size_t)i * k + j], *w = &ref[(size_t)i * k + j];
+                        int marked = w->cls == ENGINE_TOPK_NONFINITE;
+
+                        if (o->cls != w->cls || (marked && !isnan(o->score)) ||
+                            (!marked && !(fabs((double)o->score - (double)w->score) <= gpu_tolerance(p) * w->score + 1e-6))) {
+                                gpu_result(c, GPU_FAIL, id, NULL,
+                                           "row %d (%s) rank %d: class %d score %.6g, expected class %d score %.6g", i,
+                                           i == 1 ? "a NaN logit" : i == 2 ? "an inf logit" : "finite", j, o->cls,
+                                           o->score, w->cls, w->score);
+                                goto done;
+                        }
+                }
+        gpu_result(c, GPU_PASS, id, NULL, "the NaN and inf rows are marked, the finite row is ranked");
+done:
+        free(logits);
+        free(out);
+        free(ref);
+}
+
 void gpu_layers_run(gpu_ctx_t *c, engine_t *e, const model_t *ref, precision_t p) {
         const size_t rec_stride = RECORD_MAX_BYTES;
         int n = GPU_LAYER_N < engine_max_batch(e) ? GPU_LAYER_N : engine_max_batch(e);
@@ -293,6 +352,7 @@ void gpu_layers_run(gpu_ctx_t *c, engine_t *e, const model_t *ref, precision_t p
         }
 
         check_head(c, e, p, n, &rng);
+        check_head_nonfinite(c, e, p, n, &rng);
         goto done;
 oom:
         snprintf(id, sizeof(id), "gpu/%s/layer/setup", precision_name(p));

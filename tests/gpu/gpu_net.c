@@ -56,8 +56,12 @@ static size_t record_bytes(record_format_t f) {
         return f == RECORD_RGB8 ? RECORD_RGB8_BYTES : RECORD_F32_CHW_BYTES;
 }
 
+/* Record 1 of every batch is float32 CHW, the others rgb8: the staging is
+ * packed by format (engine/pack.h), and a slot holds max_batch records when
+ * at most one of them is float32, so every batch size up to the plan's fits
+ * and both formats go through the same batch. */
 static record_format_t net_format(int i) {
-        return i % 2 ? RECORD_F32_CHW : RECORD_RGB8;
+        return i == 1 ? RECORD_F32_CHW : RECORD_RGB8;
 }
 
 /* The records of a whole-network batch of n: a function of n and the seed
@@ -80,10 +84,11 @@ static int run_slot(engine_t *e, int slot, const uint8_t *recs, int first, int n
 
         for (int i = 0; i < n; i++) {
                 record_format_t f = net_format(first + i);
+                void *dst = engine_slot_place(e, slot, i, f);
 
-                memcpy(engine_slot_record(e, slot, i), recs + (size_t)(first + i) * RECORD_MAX_BYTES,
-                       record_bytes(f));
-                engine_slot_set_format(e, slot, i, f);
+                if (!dst)
+                        return errbuf_set(err, -ENOSPC, "record %d of a batch of %d does not fit the slot", i, n);
+                memcpy(dst, recs + (size_t)(first + i) * RECORD_MAX_BYTES, record_bytes(f));
         }
         r = engine_submit(e, slot, n, err);
         if (r < 0)
@@ -353,8 +358,7 @@ void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
         /* Every slot holds max_batch random records; each batch submits a prefix. */
         for (int s = 0; s < depth; s++)
                 for (int i = 0; i < max_batch; i++) {
-                        gpu_fill_record(&rng, net_format(i), engine_slot_record(e, s, i));
-                        engine_slot_set_format(e, s, i, net_format(i));
+                        gpu_fill_record(&rng, net_format(i), engine_slot_place(e, s, i, net_format(i)));
                 }
         /* Warm-up: every size used below, on every slot, so that lazily
          * loaded modules are in before the baseline. */

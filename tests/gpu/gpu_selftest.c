@@ -93,9 +93,15 @@ int gpu_selftest_debug_op(engine_t *e, int op, int n, const void *host_in, const
 
                 if (!prob)
                         return errbuf_set(err, -ENOMEM, "selftest: out of memory");
+                /* The correct stand-in marks non-finite rows as the CUDA
+                 * head does; the broken one ranks them (NaN scores). */
                 cpu_softmax(n, MODEL_CLASSES, host_in, prob);
                 for (int i = 0; i < n; i++) {
-                        cpu_topk(MODEL_CLASSES, k, prob + (size_t)i * MODEL_CLASSES, out + (size_t)i * k);
+                        if (selftest_broken)
+                                cpu_topk(MODEL_CLASSES, k, prob + (size_t)i * MODEL_CLASSES, out + (size_t)i * k);
+                        else
+                                cpu_head_row((const float *)host_in + (size_t)i * MODEL_CLASSES, k,
+                                             out + (size_t)i * k);
                         if (selftest_broken && k >= 2) {
                                 engine_topk_t t = out[(size_t)i * k];
 

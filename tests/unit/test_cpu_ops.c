@@ -220,6 +220,38 @@ static void test_cpu_ops_topk(void) {
         free(x);
 }
 
+/* The head's non-finite rule: a NaN or +inf logit, or a row of -inf, has no
+ * max/sum to rank by and is marked; a single -inf logit is just a class of
+ * probability 0. */
+static void test_cpu_ops_head_row_marks_nonfinite(void) {
+        float x[MODEL_CLASSES], probs[MODEL_CLASSES];
+        engine_topk_t top[4], ref[4];
+        struct {
+                int at;
+                float v;
+                int finite;
+        } cases[] = { { -1, 0, 1 }, { 500, NAN, 0 }, { 3, INFINITY, 0 }, { 10, -INFINITY, 1 }, { -2, -INFINITY, 0 } };
+
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                for (int i = 0; i < MODEL_CLASSES; i++)
+                        x[i] = cases[c].at == -2 ? -INFINITY : (float)((i * 37) % 101) / 10.0f;
+                if (cases[c].at >= 0)
+                        x[cases[c].at] = cases[c].v;
+                CU_ASSERT_EQUAL(cpu_head_row(x, 4, top), cases[c].finite);
+                CU_ASSERT_EQUAL(engine_topk_is_finite(top), cases[c].finite);
+                if (cases[c].finite) {
+                        cpu_softmax(1, MODEL_CLASSES, x, probs);
+                        cpu_topk(MODEL_CLASSES, 4, probs, ref);
+                        CU_ASSERT_EQUAL(memcmp(top, ref, sizeof(ref)), 0);
+                } else {
+                        for (int j = 0; j < 4; j++) {
+                                CU_ASSERT_EQUAL(top[j].cls, ENGINE_TOPK_NONFINITE);
+                                CU_ASSERT(isnan(top[j].score));
+                        }
+                }
+        }
+}
+
 static void test_cpu_ops_preprocess(void) {
         uint8_t *rgb = calloc(224 * 224 * 3, 1);
         float *chw = malloc(sizeof(float) * 3 * 224 * 224), *out = malloc(sizeof(float) * 3 * 224 * 224);
@@ -248,6 +280,7 @@ int test_cpu_ops_register(void) {
                 { "avgpool_and_fc", test_cpu_ops_avgpool_and_fc },
                 { "softmax", test_cpu_ops_softmax },
                 { "topk", test_cpu_ops_topk },
+                { "head_row_marks_nonfinite", test_cpu_ops_head_row_marks_nonfinite },
                 { "preprocess", test_cpu_ops_preprocess },
                 CU_TEST_INFO_NULL,
         };

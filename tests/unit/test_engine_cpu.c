@@ -27,8 +27,11 @@ static engine_t *engine_test_open(model_t *m, int max_batch) {
         return e;
 }
 
-static void engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
-        unsigned char *p = engine_slot_record(e, slot, i);
+/* Places record i of slot with random content; returns where it went. */
+static void *engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
+        unsigned char *p = engine_slot_place(e, slot, i, f);
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
 
         if (f == RECORD_RGB8)
                 for (size_t k = 0; k < RECORD_RGB8_BYTES; k++)
@@ -36,7 +39,7 @@ static void engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record
         else
                 for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
                         ((float *)p)[k] = unit_rand_float(&seed) * 2.0f;
-        engine_slot_set_format(e, slot, i, f);
+        return p;
 }
 
 static void test_engine_cpu_result_independent_of_batch(void) {
@@ -100,6 +103,75 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         model_free(m);
 }
 
+/* A float32 record of 3e38 everywhere (already "normalised", so taken as
+ * is) overflows the network: its logits are not finite, and its row alone
+ * is marked, while the rgb8 records around it in the batch keep their
+ * predictions. */
+static void test_engine_cpu_marks_nonfinite_rows(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        const engine_topk_t *top;
+        const float *lg;
+        float *p;
+        int nonfinite = 0;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        e = engine_test_open(m, 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
+        p = engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
+        for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
+                p[k] = 3e38f;
+        engine_test_fill(e, 0, 2, 303, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 3, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        top = engine_slot_topk(e, 0);
+        lg = engine_slot_logits(e, 0);
+        CU_ASSERT_TRUE(engine_topk_is_finite(top));
+        CU_ASSERT_FALSE(engine_topk_is_finite(top + 3));
+        CU_ASSERT_TRUE(engine_topk_is_finite(top + 6));
+        for (int j = 0; j < 3; j++) {
+                CU_ASSERT_EQUAL(top[3 + j].cls, ENGINE_TOPK_NONFINITE);
+                CU_ASSERT(isnan(top[3 + j].score));
+                CU_ASSERT(top[j].cls >= 0 && isfinite(top[j].score));
+                CU_ASSERT(top[6 + j].cls >= 0 && isfinite(top[6 + j].score));
+        }
+        /* The logits are left as computed: the overflow shows there. */
+        for (int c = 0; c < MODEL_CLASSES; c++)
+                nonfinite += !isfinite(lg[MODEL_CLASSES + c]);
+        CU_ASSERT(nonfinite > 0);
+        engine_free(e);
+        model_free(m);
+}
+
+/* Weights that overflow: fc row 7 all 3e38 (finite, as a loaded file must
+ * be) times the non-negative pooled features gives +inf for class 7 in
+ * every row, so every row is marked. */
+static void test_engine_cpu_marks_rows_of_overflowing_weights(void) {
+        model_t *m = NULL;
+        engine_t *e;
+        errbuf_t err;
+        int fc;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        fc = model_find_op(m, "fc");
+        CU_ASSERT_FATAL(fc >= 0);
+        for (int j = 0; j < m->ops[fc].cin; j++)
+                m->weights[m->ops[fc].w_off + (size_t)7 * m->ops[fc].cin + j] = 3e38f;
+        e = engine_test_open(m, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_test_fill(e, 0, 1, 303, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 2, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        CU_ASSERT(isinf(engine_slot_logits(e, 0)[7]));
+        CU_ASSERT_FALSE(engine_topk_is_finite(engine_slot_topk(e, 0)));
+        CU_ASSERT_FALSE(engine_topk_is_finite(engine_slot_topk(e, 0) + 3));
+        engine_free(e);
+        model_free(m);
+}
+
 static void test_engine_cpu_completion_fd(void) {
         model_t *m = NULL;
         engine_t *e;
@@ -138,8 +210,25 @@ static void test_engine_cpu_refuses_misuse(void) {
         CU_ASSERT_EQUAL(engine_submit(e, 0, 3, &err), -EINVAL);        /* larger than the plan */
         CU_ASSERT_EQUAL(engine_submit(e, 0, 0, &err), -EINVAL);
         CU_ASSERT_EQUAL(engine_submit(e, 5, 1, &err), -EINVAL);
-        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EINVAL);        /* no format packed */
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "no runnable format"));
+        CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EINVAL);        /* nothing placed */
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "0 placed"));
+        /* Packed staging at batch 2: 150,528 + 602,112 = 752,640 bytes. A
+         * float32 record leaves 150,528: no room for a record of either
+         * format, so a caller submits; another float32 does not fit, an
+         * rgb8 one would, right after it. */
+        CU_ASSERT_TRUE(engine_slot_has_room(e, 0));
+        CU_ASSERT_PTR_NULL(engine_slot_place(e, 0, 0, RECORD_JPEG));
+        {
+                unsigned char *a = engine_slot_place(e, 0, 0, RECORD_F32_CHW), *b;
+
+                CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+                CU_ASSERT_FALSE(engine_slot_has_room(e, 0));
+                CU_ASSERT_PTR_NULL(engine_slot_place(e, 0, 1, RECORD_F32_CHW));
+                b = engine_slot_place(e, 0, 1, RECORD_RGB8);
+                CU_ASSERT_EQUAL(b - a, 602112);
+                CU_ASSERT_EQUAL(engine_slot_input_bytes(e, 0, 2), (uint64_t)752640);
+                CU_ASSERT_EQUAL(engine_submit(e, 0, 3, &err), -EINVAL);
+        }
         engine_free(e);
 
         engine_options_init(&o);
@@ -192,6 +281,8 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
 int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
+                { "marks_nonfinite_rows", test_engine_cpu_marks_nonfinite_rows },
+                { "marks_rows_of_overflowing_weights", test_engine_cpu_marks_rows_of_overflowing_weights },
                 { "completion_fd", test_engine_cpu_completion_fd },
                 { "refuses_misuse", test_engine_cpu_refuses_misuse },
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },

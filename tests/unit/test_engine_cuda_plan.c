@@ -10,10 +10,12 @@
  *   padded weights: conv1 only, 64 * 152 elements: 19,456 bytes in fp16,
  *     38,912 in fp32 (both multiples of 256);
  *   one slot block at batch b, top_k 5 (each part rounded up to 256 bytes):
- *     records b * 602,112 (a multiple of 256), formats b * 4, logits
- *     b * 4,000, top-k b * 40;
- *     b = 1: 602,112 + 256 + 4,096 + 256 = 606,720;
- *     b = 8: 4,816,896 + 256 + 32,000 + 512 = 4,849,664. */
+ *     records packed by format, (b - 1) * 150,528 + 602,112 (room for
+ *     b - 1 rgb8 records and one of either format; a multiple of 256),
+ *     formats b * 4, offsets b * 8, logits b * 4,000, top-k b * 40;
+ *     b = 1: 602,112 + 256 + 256 + 4,096 + 256 = 606,976;
+ *     b = 8: 1,655,808 + 256 + 256 + 32,000 + 512 = 1,688,832
+ *     (a fixed 602,112-byte place per record took 4,849,664). */
 #include <errno.h>
 #include <string.h>
 
@@ -79,9 +81,9 @@ static void test_engine_cuda_plan_terms_fp16_batch1_by_hand(void) {
         /* workspace: 32 MiB cuBLASLt + 1,906,688 * 2 bytes of im2col + conv1's
          * padded weights = 33,554,432 + 3,813,376 + 19,456 */
         CU_ASSERT_EQUAL(t.workspace_bytes, (uint64_t)37387264);
-        /* pinned: 2 slots of 606,720; device staging: the same plus one 256-byte pad */
-        CU_ASSERT_EQUAL(t.pinned_host_bytes, (uint64_t)1213440);
-        CU_ASSERT_EQUAL(t.staging_bytes, (uint64_t)1213696);
+        /* pinned: 2 slots of 606,976; device staging: the same plus one 256-byte pad */
+        CU_ASSERT_EQUAL(t.pinned_host_bytes, (uint64_t)1213952);
+        CU_ASSERT_EQUAL(t.staging_bytes, (uint64_t)1214208);
         /* the context estimate: 512 MiB */
         CU_ASSERT_EQUAL(t.context_bytes, (uint64_t)536870912);
         /* one bucket (1) x 2 slots x 2 MiB + 64 MiB of modules = 4,194,304 + 67,108,864 */
@@ -100,9 +102,9 @@ static void test_engine_cuda_plan_terms_fp32_batch8_by_hand(void) {
         CU_ASSERT_EQUAL_FATAL(engine_cuda_plan_terms(m, &req, 8, &t), 0);
         /* 33,554,432 + 1,906,688 * 8 * 4 + 38,912 = 33,554,432 + 61,014,016 + 38,912 */
         CU_ASSERT_EQUAL(t.workspace_bytes, (uint64_t)94607360);
-        /* 3 slots of 4,849,664 = 14,548,992; + 256 on the device */
-        CU_ASSERT_EQUAL(t.pinned_host_bytes, (uint64_t)14548992);
-        CU_ASSERT_EQUAL(t.staging_bytes, (uint64_t)14549248);
+        /* 3 slots of 1,688,832 = 5,066,496; + 256 on the device */
+        CU_ASSERT_EQUAL(t.pinned_host_bytes, (uint64_t)5066496);
+        CU_ASSERT_EQUAL(t.staging_bytes, (uint64_t)5066752);
         /* buckets 1, 2, 4, 8: 3 slots x 4 x 2 MiB + 64 MiB = 25,165,824 + 67,108,864 */
         CU_ASSERT_EQUAL(t.graph_bytes, (uint64_t)92274688);
         model_free(m);
@@ -191,9 +193,9 @@ static void check_fits_11gib(precision_t p, int cap) {
 }
 
 static void test_engine_cuda_plan_fits_11gib_at_70_percent(void) {
-        /* Uncapped: the budget decides. fp32 needs about 26 MiB a sample
-         * (7.3 MiB im2col + 6.9 MiB activations + 1.2 MiB staging per slot),
-         * fp16 about half the device part. */
+        /* Uncapped: the budget decides. fp32 needs about 14.5 MiB a sample
+         * (7.3 MiB im2col + 6.9 MiB activations + 0.15 MiB of packed staging
+         * per slot), fp16 about half the device part. */
         check_fits_11gib(PRECISION_FP32, 4096);
         check_fits_11gib(PRECISION_FP16, 4096);
         check_fits_11gib(PRECISION_BF16, 4096);
@@ -247,9 +249,11 @@ static void test_engine_cuda_plan_layout_matches_plan(void) {
 
                         /* aligned and in order, without overlap */
                         CU_ASSERT(L.slot.bytes % A == 0 && L.slot.formats_off % A == 0 &&
-                                  L.slot.logits_off % A == 0 && L.slot.topk_off % A == 0);
-                        CU_ASSERT(L.slot.formats_off >= (uint64_t)L.batch * RECORD_MAX_BYTES);
-                        CU_ASSERT(L.slot.logits_off >= L.slot.formats_off + (uint64_t)L.batch * 4);
+                                  L.slot.offsets_off % A == 0 && L.slot.logits_off % A == 0 &&
+                                  L.slot.topk_off % A == 0);
+                        CU_ASSERT(L.slot.formats_off >= pack_capacity_bytes(L.batch));
+                        CU_ASSERT(L.slot.offsets_off >= L.slot.formats_off + (uint64_t)L.batch * 4);
+                        CU_ASSERT(L.slot.logits_off >= L.slot.offsets_off + (uint64_t)L.batch * 8);
                         CU_ASSERT(L.slot.topk_off >= L.slot.logits_off + (uint64_t)L.batch * MODEL_CLASSES * 4);
                         CU_ASSERT(L.slot.bytes >= L.slot.topk_off + (uint64_t)L.batch * req.top_k * 8);
                         CU_ASSERT(L.workspace_off % A == 0 && L.workspace_off >= (uint64_t)L.depth * L.slot.bytes);

@@ -2,6 +2,8 @@
  * batch search against the budget, and the refusal that names its term.
  * The numbers are derived by hand in the comments. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -84,9 +86,12 @@ static void test_plan_cpu_pinned_bytes_by_hand(void) {
         CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
         plan_request_cpu(&req, (uint64_t)64 << 30);
         CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 8, &p), 0);
-        /* Per slot: 8 * 602,112 input + 8 * 4,000 logits + 8 * 5 * 8 top-k
-         * = 4,816,896 + 32,000 + 320 = 4,849,216 (each a multiple of 64); 2 slots. */
-        CU_ASSERT_EQUAL(p.pinned_host_bytes, 2 * 4849216);
+        /* Per slot: the packed input, room for 7 rgb8 records and one of
+         * either format, 7 * 150,528 + 602,112 = 1,655,808, then 8 * 4,000
+         * logits + 8 * 5 * 8 top-k = 1,655,808 + 32,000 + 320 = 1,688,128
+         * (each a multiple of 64); 2 slots. (A fixed 602,112-byte place per
+         * record took 4,849,216 a slot.) */
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, 2 * 1688128);
         model_free(m);
 }
 
@@ -122,6 +127,65 @@ static void test_plan_caps_at_max_batch(void) {
         req.max_batch = 256;
         CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
         CU_ASSERT_EQUAL(p.max_batch, 256);
+        CU_ASSERT_EQUAL(p.limit, PLAN_LIMIT_MAX_BATCH);
+        /* The CPU engine runs im2col in bounded chunks: no operand cap. */
+        CU_ASSERT_EQUAL(p.operand_batch_cap, 0);
+        model_free(m);
+}
+
+/* The CUDA engine's largest GEMM operand is conv1's im2col matrix: 7x7
+ * stride 2 pad 3 on (224, 224, 3) gives 112 * 112 = 12,544 rows of
+ * 7 * 7 * 3 = 147 columns, padded to 152 (a multiple of 8):
+ * 12,544 * 152 = 1,906,688 elements a sample. Every other operand is
+ * smaller (layer1's 3x3 im2col 56 * 56 * 576 = 1,806,336; conv1's output
+ * 12,544 * 64 = 802,816). 2^31 = 2,147,483,648:
+ *   1,126 * 1,906,688 = 2,146,930,688 < 2^31,
+ *   1,127 * 1,906,688 = 2,148,837,376 >= 2^31,
+ * so the first batch whose operand reaches 2^31 is 1,127, and the cap 1,126. */
+static void test_plan_caps_below_gemm_operand_limit(void) {
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        memset(&req, 0, sizeof(req));
+        req.backend = BACKEND_CUDA;
+        req.precision = PRECISION_FP16;
+        req.device_memory_bytes = (uint64_t)1 << 40;
+        req.budget_bytes = (uint64_t)1 << 40;           /* the budget is no limit here */
+        req.host_budget_bytes = (uint64_t)1 << 40;
+        req.pipeline_depth = 2;
+        req.record_bytes = RECORD_MAX_BYTES;
+        req.max_batch = 4096;
+        req.top_k = 5;
+        req.terms = engine_cuda_plan_terms;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
+        CU_ASSERT_EQUAL(p.engine.gemm_operand_elems_per_sample, (uint64_t)1906688);
+        CU_ASSERT_EQUAL(p.operand_batch_cap, 1126);
+        CU_ASSERT_EQUAL(p.max_batch, 1126);
+        CU_ASSERT_EQUAL(p.limit, PLAN_LIMIT_OPERAND);
+        /* The plan says so, in text and in JSON. */
+        f = open_memstream(&text, &len);
+        CU_ASSERT_EQUAL_FATAL(plan_write_text(&p, f), 0);
+        CU_ASSERT_EQUAL(plan_write_json(&p, f), 0);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "batch capped at 1126"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "\"batch_limit\":\"operand\",\"operand_batch_cap\":1126"));
+        free(text);
+        /* At or below the cap, max_batch decides, and the plan says that. */
+        req.max_batch = 1126;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 1126);
+        CU_ASSERT_EQUAL(p.limit, PLAN_LIMIT_MAX_BATCH);
+        /* A budget below the cap's needs: the budget decides. */
+        req.max_batch = 4096;
+        req.budget_bytes = (uint64_t)8 << 30;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, NULL), 0);
+        CU_ASSERT(p.max_batch < 1126);
+        CU_ASSERT_EQUAL(p.limit, PLAN_LIMIT_BUDGET);
         model_free(m);
 }
 
@@ -233,6 +297,7 @@ int test_plan_register(void) {
                 { "cpu_pinned_bytes_by_hand", test_plan_cpu_pinned_bytes_by_hand },
                 { "batch_is_monotonic_in_budget", test_plan_batch_is_monotonic_in_budget },
                 { "caps_at_max_batch", test_plan_caps_at_max_batch },
+                { "caps_below_gemm_operand_limit", test_plan_caps_below_gemm_operand_limit },
                 { "refuses_and_names_the_term", test_plan_refuses_and_names_the_term },
                 { "rejects_bad_requests", test_plan_rejects_bad_requests },
                 { "incident_card", test_plan_incident_card },

@@ -1,0 +1,83 @@
+/* Unit tests of kafka_: the librdkafka limits derived from the host budget,
+ * and that the producer's queue really stops at its planned size. The
+ * end-to-end behaviour is in tests/kafka against the mock broker. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/kafka.h"
+#include "unit.h"
+
+/* Every byte librdkafka may hold comes out of what the budget left: the
+ * prefetch queue, one fetch response and the producer's queue together stay
+ * within it once it is above the floors. */
+static void test_kafka_limits_within_budget(void) {
+        static const uint64_t budgets[] = { 64ull << 20, 256ull << 20, 2ull << 30, 40ull << 30 };
+
+        for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+                kafka_limits_t l;
+
+                kafka_limits_from_budget(budgets[i], &l);
+                CU_ASSERT(l.queued_max_kbytes * 1024 + l.fetch_max_bytes + l.producer_queue_kbytes * 1024 <=
+                          budgets[i]);
+                CU_ASSERT(l.producer_queue_kbytes > 0);
+                CU_ASSERT(l.producer_queue_kbytes <= 1ull << 20);      /* 1 GiB at most */
+        }
+}
+
+/* A budget with nothing left still gets queues that hold the largest
+ * record: a float32 record for the consumer, and the producer's default
+ * message.max.bytes (1,000,000) for a DLQ copy. */
+static void test_kafka_limits_floors(void) {
+        kafka_limits_t l;
+
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT(l.queued_max_kbytes * 1024 >= 602112);
+        CU_ASSERT(l.fetch_max_bytes >= 602112);
+        CU_ASSERT(l.producer_queue_kbytes * 1024 >= 1000000);
+}
+
+/* With a broker that never answers, produce fills the queue: librdkafka
+ * must refuse (-ENOBUFS) at the planned 4 MiB, not at its default 1 GiB. */
+static void test_kafka_producer_queue_capped(void) {
+        static const kafka_callbacks_t cb = {};
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        size_t value_bytes = 600000, accepted = 0;
+        char *value = calloc(1, value_bytes);
+        int r = 0;
+
+        CU_ASSERT_FATAL(value != NULL);
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        /* Port 1 on loopback: refused at once, so nothing is ever delivered. */
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL(l.producer_queue_kbytes, 4096);
+        r = kafka_new(&k, c, &l, &cb, NULL, &err);
+        CU_ASSERT_EQUAL_FATAL(r, 0);
+        while (accepted < 100) {
+                r = kafka_produce(k, "t", "k", 1, value, value_bytes, NULL, NULL, &err);
+                if (r < 0)
+                        break;
+                accepted++;
+        }
+        CU_ASSERT_EQUAL(r, -ENOBUFS);
+        /* 6 records of 600,000 bytes fit in 4 MiB, a 7th does not. */
+        CU_ASSERT_EQUAL(accepted, 6);
+        kafka_free(k);
+        cfg_free(c);
+        free(value);
+}
+
+int test_kafka_register(void) {
+        static CU_TestInfo tests[] = {
+                { "limits_within_budget", test_kafka_limits_within_budget },
+                { "limits_floors", test_kafka_limits_floors },
+                { "producer_queue_capped", test_kafka_producer_queue_capped },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("kafka", tests);
+}
