@@ -4,7 +4,7 @@
 #   make engine     only what needs no Kafka/systemd (inferd-run, the GPU tests): for tools/gpu-check
 #   make test       every suite this machine can run; last line "N passed, N failed, N skipped"
 #   make demo       the main job on the embedded defaults
-#   make fuzz       the safetensors reader under libFuzzer (clang)
+#   make fuzz       the safetensors reader and the JPEG/PNG decode under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
 #   make install    the binaries, the unit and the configs under PREFIX (/usr/local)
 #   make deb        build/inferd_<VERSION>_amd64.deb, for `apt install ./build/inferd_*.deb`
@@ -43,7 +43,7 @@ PREFIX    ?= /usr/local
 VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
-CORE_PKGS   := jansson openblas libcrypto
+CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng
 DAEMON_PKGS := rdkafka libsystemd
 # Set DEPS_PREFIX to a folder of unpacked .deb files (tools/gpu-check) to build
 # the engine where these Debian packages are not installed.
@@ -51,7 +51,7 @@ ifdef DEPS_PREFIX
 CORE_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-pthread
 CORE_LIBS   := -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/openblas-pthread \
                -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu/openblas-pthread \
-               -ljansson -lopenblas -lcrypto
+               -ljansson -lopenblas -lcrypto -lturbojpeg -lspng
 else
 CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(CORE_PKGS) 2>/dev/null)
 CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(CORE_PKGS) 2>/dev/null)
@@ -126,12 +126,13 @@ $(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) 
 # One folder per layer; each uses only the layers listed before it.
 #   src/core     safetensors, model, plan, records, labels, units, errbuf
 #   src/engine   the engine interface, the CPU engine and its ops, the CUDA plan terms
+#   src/decode   JPEG/PNG to 224x224 RGB8 (libjpeg-turbo, libspng) and the resize; uses only src/core
 #   cuda/        the CUDA engine (when nvcc is found)
 #   src/daemon   the loop, pipeline, Kafka, batch, config, log
 #   src/cmd      the mains
-# The core and engine layers need no Kafka or systemd and make libinferd-core.a;
+# The core, decode and engine layers need no Kafka or systemd and make libinferd-core.a;
 # the daemon layer makes libinferd-daemon.a.
-CORE_SRCS := $(wildcard src/core/*.c) $(filter-out src/engine/engine_cuda_none.c,$(wildcard src/engine/*.c)) $(CUDA_NONE)
+CORE_SRCS := $(wildcard src/core/*.c) $(wildcard src/decode/*.c) $(filter-out src/engine/engine_cuda_none.c,$(wildcard src/engine/*.c)) $(CUDA_NONE)
 PROG_SRCS := $(wildcard src/cmd/*.c)
 DAEMON_SRCS := $(wildcard src/daemon/*.c)
 TOOL_SRCS := $(wildcard tools/*.c)
@@ -214,7 +215,7 @@ test: all
 demo: all
 	tools/demo
 
-# libFuzzer needs clang; the reader and its error path are all it links.
+# libFuzzer needs clang; each target links only the code it fuzzes (tools/fuzz).
 fuzz:
 	tools/fuzz $(FUZZ_SECONDS)
 

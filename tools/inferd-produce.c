@@ -1,16 +1,20 @@
 /* inferd-produce: a load producer for the daemon's tests, demo and benchmarks.
  *
  *   inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]
- *                  [--format rgb8|f32|mixed] [--bad-fraction F] [--keys PREFIX]
- *                  [--seed S] [--content-type-header yes|no|mixed]
+ *                  [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]
+ *                  [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
  *
- * It produces N records of the two raw input formats (src/core/record.h) with keys
+ * It produces N records of the raw input formats (src/core/record.h), or of
+ * JPEG or PNG (the files of --images DIR in name order, cycled, or images
+ * generated with TurboJPEG / libspng from the tiles payload), with keys
  * PREFIX-<i>, a correlation-id header, and a header inferd-test-expect naming
  * the outcome the daemon must reach: "ok", or the DLQ code of a deliberately
  * bad record (bad-size, bad-content-type, decode-failed, too-large). Exactly
  * floor(N * F) records are bad, spread evenly and cycling through the four
- * kinds. The values are a pure function of (seed, i), so a run can be
+ * kinds; with jpeg or png, a too-large record is a bomb header (a JPEG or
+ * PNG claiming 60000x60000 pixels) and a decode-failed one random bytes
+ * after the format's magic. The values are a pure function of (seed, i), so a run can be
  * repeated. The default payload ("tiles", 16x16 blocks of one colour) and
  * zstd compression keep records small in a broker's log: librdkafka's mock
  * cluster keeps only the last 5 MiB of each partition, which is 34 random
@@ -28,11 +32,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <time.h>
 
 #include <librdkafka/rdkafka.h>
+#include <spng.h>
+#include <turbojpeg.h>
 
 #include "core/record.h"
+#include "decode/decode.h"
 
 typedef enum produce_kind {
         KIND_OK,
@@ -48,7 +56,18 @@ static const char *const kind_names[KIND_COUNT] = {
 };
 
 typedef enum produce_choice { CHOICE_NO, CHOICE_YES, CHOICE_MIXED } produce_choice_t;
-typedef enum produce_format { FORMAT_RGB8, FORMAT_F32, FORMAT_MIXED } produce_format_t;
+typedef enum produce_format { FORMAT_RGB8, FORMAT_F32, FORMAT_MIXED, FORMAT_JPEG, FORMAT_PNG } produce_format_t;
+
+/* The files of --images DIR, read once. */
+typedef struct produce_images {
+        uint8_t **data;
+        size_t *len;
+        int *kind;              /* produce_kind_t: what inferd's decoder makes of each (a truncated file is bad) */
+        size_t n;
+} produce_images_t;
+
+#define PRODUCE_IMAGE_MAX_BYTES ((size_t)20 << 20)      /* [decode] max_bytes' default */
+#define PRODUCE_GEN_MAX_SIDE 640
 typedef enum produce_payload { PAYLOAD_TILES, PAYLOAD_RANDOM } produce_payload_t;
 
 typedef struct produce_opts {
@@ -63,11 +82,13 @@ typedef struct produce_opts {
         uint64_t seed;
         produce_choice_t content_type;
         int timeout_s;                  /* for the final flush */
+        const char *images_dir;         /* --images: files to send (jpeg/png) */
+        produce_images_t images;
 } produce_opts_t;
 
 typedef struct produce_stats {
         long kind[KIND_COUNT];
-        long rgb8, f32;                 /* good records by format */
+        long rgb8, f32, jpeg, png;      /* good records by format */
         long with_content_type;
         long delivered, failed;
         uint64_t bytes;
@@ -144,6 +165,172 @@ static void fill_f32_tiles(float *p /* (3, 224, 224) CHW */, uint64_t *s) {
                                 p[((size_t)c * 224 + y) * 224 + x] = value[c][y / TILE][x / TILE];
 }
 
+/* A generated JPEG or PNG of the tiles payload, of a size between 160 and
+ * 640 on each side (so both down- and upscaled by Resize(256)), into buf;
+ * returns its length, or 0 when the library fails. */
+static size_t make_encoded(produce_format_t fmt, uint64_t *s, uint8_t *buf, size_t cap) {
+        static uint8_t px[PRODUCE_GEN_MAX_SIDE * PRODUCE_GEN_MAX_SIDE * 3];
+        int w = 160 + (int)(next64(s) % (PRODUCE_GEN_MAX_SIDE - 159)), h = 160 + (int)(next64(s) % 321);
+        size_t len = 0;
+
+        for (int ty = 0; ty < (h + TILE - 1) / TILE; ty++)
+                for (int tx = 0; tx < (w + TILE - 1) / TILE; tx++) {
+                        uint64_t v = next64(s);
+
+                        for (int y = ty * TILE; y < (ty + 1) * TILE && y < h; y++)
+                                for (int x = tx * TILE; x < (tx + 1) * TILE && x < w; x++)
+                                        memcpy(px + ((size_t)y * w + x) * 3, &v, 3);
+                }
+        if (fmt == FORMAT_JPEG) {
+                tjhandle t = tjInitCompress();
+                unsigned long n = cap;
+                uint8_t *out = buf;
+
+                /* TJFLAG_NOREALLOC: TurboJPEG writes into buf, which is
+                 * larger than tjBufSize() for these sizes. */
+                if (t && tjCompress2(t, px, w, 0, h, TJPF_RGB, &out, &n, TJSAMP_420, 90, TJFLAG_NOREALLOC) == 0)
+                        len = n;
+                if (t)
+                        tjDestroy(t);
+        } else {
+                struct spng_ihdr ihdr = { .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
+                                          .color_type = SPNG_COLOR_TYPE_TRUECOLOR };
+                spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
+                void *out;
+                size_t n = 0;
+                int e = 0;
+
+                if (c) {
+                        spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
+                        spng_set_ihdr(c, &ihdr);
+                        if (spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE) == 0 &&
+                            (out = spng_get_png_buffer(c, &n, &e)) != NULL) {
+                                if (n <= cap) {
+                                        memcpy(buf, out, n);
+                                        len = n;
+                                }
+                                free(out);
+                        }
+                        spng_ctx_free(c);
+                }
+        }
+        return len;
+}
+
+/* A header claiming 60000x60000 pixels, with nothing behind it that a
+ * decoder should ever reach: the daemon must refuse it as too-large. */
+static size_t make_bomb(produce_format_t fmt, uint8_t *buf) {
+        static const uint8_t jpeg[] = {
+                0xff, 0xd8,                                             /* SOI */
+                0xff, 0xc0, 0x00, 0x11, 0x08, 0xea, 0x60, 0xea, 0x60,   /* SOF0: 8 bits, 60000 x 60000 */
+                0x03, 0x01, 0x22, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11, 0x01,
+                0xff, 0xd9,                                             /* EOI */
+        };
+        static const uint8_t png[] = {
+                0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n',
+                0x00, 0x00, 0x00, 0x0d, 'I', 'H', 'D', 'R',
+                0x00, 0x00, 0xea, 0x60, 0x00, 0x00, 0xea, 0x60,         /* 60000 x 60000 */
+                0x08, 0x02, 0x00, 0x00, 0x00,                           /* 8-bit RGB */
+        };
+        uint32_t crc = 0xffffffffu;
+
+        if (fmt == FORMAT_JPEG) {
+                memcpy(buf, jpeg, sizeof(jpeg));
+                return sizeof(jpeg);
+        }
+        memcpy(buf, png, sizeof(png));
+        /* The IHDR's CRC (over its type and data), so that only the size is wrong. */
+        for (size_t i = 12; i < sizeof(png); i++) {
+                crc ^= png[i];
+                for (int k = 0; k < 8; k++)
+                        crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+        }
+        crc ^= 0xffffffffu;
+        for (int i = 0; i < 4; i++)
+                buf[sizeof(png) + i] = (uint8_t)(crc >> (24 - 8 * i));
+        return sizeof(png) + 4;
+}
+
+static int name_cmp(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Reads the files of dir whose signature is the format's, in name order. */
+static int load_images(produce_opts_t *o) {
+        static const uint8_t jpeg_magic[3] = { 0xff, 0xd8, 0xff }, png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        static uint8_t rgb8[RECORD_RGB8_BYTES];
+        decode_t *dec = NULL;
+        DIR *d = opendir(o->images_dir);
+        struct dirent *e;
+        char **names = NULL;
+        size_t n = 0;
+        int r = 0;
+
+        if (!d) {
+                fprintf(stderr, "inferd-produce: %s: %s\n", o->images_dir, strerror(errno));
+                return -errno;
+        }
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.') {
+                        names = realloc(names, (n + 1) * sizeof(*names));
+                        names[n++] = strdup(e->d_name);
+                }
+        closedir(d);
+        qsort(names, n, sizeof(*names), name_cmp);
+        o->images.data = calloc(n ? n : 1, sizeof(*o->images.data));
+        o->images.len = calloc(n ? n : 1, sizeof(*o->images.len));
+        o->images.kind = calloc(n ? n : 1, sizeof(*o->images.kind));
+        if (decode_new(&dec, DECODE_DEFAULT_MAX_PIXELS, PRODUCE_IMAGE_MAX_BYTES, false, NULL) < 0) {
+                fprintf(stderr, "inferd-produce: out of memory\n");
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                char path[PATH_MAX];
+                const char *code;
+                uint8_t *p;
+                FILE *f;
+                long size;
+
+                snprintf(path, sizeof(path), "%s/%s", o->images_dir, names[i]);
+                f = fopen(path, "rb");
+                if (!f || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 8 ||
+                    (size_t)size > PRODUCE_IMAGE_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
+                        if (f)
+                                fclose(f);
+                        continue;       /* not a file, or not an image's size: skipped */
+                }
+                p = malloc((size_t)size);
+                if (fread(p, 1, (size_t)size, f) != (size_t)size ||
+                    memcmp(p, o->format == FORMAT_JPEG ? jpeg_magic : png_magic,
+                           o->format == FORMAT_JPEG ? sizeof(jpeg_magic) : sizeof(png_magic)) != 0) {
+                        free(p);
+                        fclose(f);
+                        continue;
+                }
+                fclose(f);
+                /* The expectation is the decoder's verdict on the file. */
+                code = NULL;
+                o->images.kind[o->images.n] = KIND_OK;
+                if (decode_record(dec, p, (size_t)size, o->format == FORMAT_JPEG ? RECORD_JPEG : RECORD_PNG, rgb8,
+                                  NULL, &code, NULL) < 0)
+                        for (int k = 1; k < KIND_COUNT; k++)
+                                if (code && strcmp(code, kind_names[k]) == 0)
+                                        o->images.kind[o->images.n] = k;
+                o->images.data[o->images.n] = p;
+                o->images.len[o->images.n++] = (size_t)size;
+        }
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+        decode_free(dec);
+        if (o->images.n == 0) {
+                fprintf(stderr, "inferd-produce: %s holds no %s files\n", o->images_dir,
+                        o->format == FORMAT_JPEG ? "JPEG" : "PNG");
+                r = -ENOENT;
+        }
+        return r;
+}
+
 static double now_s(void) {
         struct timespec ts;
 
@@ -169,10 +356,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *opa
 static void usage(FILE *f) {
         fprintf(f,
                 "usage: inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]\n"
-                "                      [--format rgb8|f32|mixed] [--bad-fraction F] [--keys PREFIX]\n"
-                "                      [--seed S] [--content-type-header yes|no|mixed]\n"
+                "                      [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]\n"
+                "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
-                "Produces N image records (224x224 RGB8 or float32 CHW) with keys PREFIX-<i>, a\n"
+                "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG: the files of\n"
+                "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
                 "prints a JSON summary. Defaults: --count 100, --format rgb8, --keys rec, --seed 1,\n"
                 "--content-type-header yes, --payload tiles (16x16 blocks of one colour: compressible),\n"
@@ -226,7 +414,18 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
                 fmt = (next64(&s) & 2) ? FORMAT_F32 : FORMAT_RGB8;
         switch (kind) {
         case KIND_OK:
-                if (fmt == FORMAT_RGB8) {
+                if (fmt == FORMAT_JPEG || fmt == FORMAT_PNG) {
+                        if (o->images.n) {
+                                len = o->images.len[i % o->images.n];
+                                memcpy(buf, o->images.data[i % o->images.n], len);
+                        } else
+                                len = make_encoded(fmt, &s, buf, PRODUCE_IMAGE_MAX_BYTES);
+                        *ct = header ? (fmt == FORMAT_JPEG ? "image/jpeg" : "image/png") : NULL;
+                        if (fmt == FORMAT_JPEG)
+                                st->jpeg++;
+                        else
+                                st->png++;
+                } else if (fmt == FORMAT_RGB8) {
                         len = RECORD_RGB8_BYTES;
                         if (o->payload == PAYLOAD_TILES)
                                 fill_rgb8_tiles(buf, &s);
@@ -273,9 +472,20 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
                         fill_bytes(buf, len, &s);
                 memcpy(buf, jfif, sizeof(jfif));
                 *ct = header ? "image/jpeg" : NULL;
+                if (fmt == FORMAT_PNG) {
+                        static const uint8_t magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+
+                        memcpy(buf, magic, sizeof(magic));
+                        *ct = header ? "image/png" : NULL;
+                }
                 break;
         }
         case KIND_TOO_LARGE:
+                if (fmt == FORMAT_JPEG || fmt == FORMAT_PNG) {
+                        len = make_bomb(fmt, buf);
+                        *ct = header ? (fmt == FORMAT_JPEG ? "image/jpeg" : "image/png") : NULL;
+                        break;
+                }
                 len = RECORD_MAX_BYTES + 1 + next64(&s) % 65536;
                 if (o->payload == PAYLOAD_TILES)
                         memset(buf, 0x5a, len);
@@ -333,6 +543,7 @@ int main(int argc, char **argv) {
                 { "content-type-header", required_argument, NULL, 'H' },
                 { "timeout-s", required_argument, NULL, 'T' },
                 { "payload", required_argument, NULL, 'P' },
+                { "images", required_argument, NULL, 'I' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -351,7 +562,7 @@ int main(int argc, char **argv) {
         if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
-        while ((c = getopt_long(argc, argv, "b:t:n:r:f:F:k:s:H:T:P:X:h", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "b:t:n:r:f:F:k:s:H:T:P:I:X:h", opts, NULL)) != -1) {
                 switch (c) {
                 case 'b':
                         o.brokers = optarg;
@@ -374,8 +585,15 @@ int main(int argc, char **argv) {
                                 o.format = FORMAT_F32;
                         else if (strcmp(optarg, "mixed") == 0)
                                 o.format = FORMAT_MIXED;
+                        else if (strcmp(optarg, "jpeg") == 0)
+                                o.format = FORMAT_JPEG;
+                        else if (strcmp(optarg, "png") == 0)
+                                o.format = FORMAT_PNG;
                         else
                                 goto bad_arg;
+                        break;
+                case 'I':
+                        o.images_dir = optarg;
                         break;
                 case 'F':
                         if (parse_double(optarg, 0, 1, &o.bad_fraction) < 0)
@@ -445,6 +663,15 @@ int main(int argc, char **argv) {
                 rd_kafka_conf_destroy(conf);
                 return 2;
         }
+        if (o.images_dir && o.format != FORMAT_JPEG && o.format != FORMAT_PNG) {
+                fprintf(stderr, "inferd-produce: --images goes with --format jpeg or png\n");
+                rd_kafka_conf_destroy(conf);
+                return 2;
+        }
+        if (o.images_dir && load_images(&o) < 0) {
+                rd_kafka_conf_destroy(conf);
+                return 2;
+        }
         if (rd_kafka_conf_set(conf, "bootstrap.servers", o.brokers, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
         rd_kafka_conf_set_opaque(conf, &st);
@@ -458,7 +685,8 @@ int main(int argc, char **argv) {
         }
         conf = NULL;    /* owned by rk now */
 
-        buf = malloc(RECORD_MAX_BYTES + 65536);
+        /* Room for any record: an image file of --images, or a generated one. */
+        buf = malloc(PRODUCE_IMAGE_MAX_BYTES + 65536);
         if (!buf) {
                 fprintf(stderr, "inferd-produce: out of memory\n");
                 goto out;
@@ -479,6 +707,18 @@ int main(int argc, char **argv) {
                                 rd_kafka_poll(rk, (int)ceil(wait_s * 1000.0));
                 }
                 len = make_record(&o, i, kind, buf, &ct, &st);
+                /* A file of --images that inferd refuses is expected as refused. */
+                if (kind == KIND_OK && o.images.n && o.images.kind[i % o.images.n] != KIND_OK) {
+                        kind = (produce_kind_t)o.images.kind[i % o.images.n];
+                        if (o.format == FORMAT_JPEG)
+                                st.jpeg--;
+                        else
+                                st.png--;
+                }
+                if (len == 0) {
+                        fprintf(stderr, "inferd-produce: cannot encode record %ld\n", i);
+                        goto out;
+                }
                 if (produce_one(rk, &o, i, kind, buf, len, ct) < 0)
                         goto out;
                 st.kind[kind]++;
@@ -491,10 +731,11 @@ int main(int argc, char **argv) {
 
         printf("{\"topic\":\"%s\",\"records\":%ld,\"delivered\":%ld,\"failed\":%ld,\"undelivered\":%d,"
                "\"ok\":%ld,\"bad-size\":%ld,\"bad-content-type\":%ld,\"decode-failed\":%ld,\"too-large\":%ld,"
-               "\"rgb8\":%ld,\"f32\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
+               "\"rgb8\":%ld,\"f32\":%ld,\"jpeg\":%ld,\"png\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
                "\"records_per_second\":%.1f}\n",
                o.topic, o.count, st.delivered, st.failed, left, st.kind[KIND_OK], st.kind[KIND_BAD_SIZE],
                st.kind[KIND_BAD_CONTENT_TYPE], st.kind[KIND_DECODE_FAILED], st.kind[KIND_TOO_LARGE], st.rgb8, st.f32,
+               st.jpeg, st.png,
                st.with_content_type, st.bytes, secs, secs > 0 ? (double)st.delivered / secs : 0.0);
         fflush(stdout);
         if (st.failed)
@@ -504,6 +745,11 @@ int main(int argc, char **argv) {
         r = st.delivered == o.count ? 0 : 1;
 out:
         free(buf);
+        for (size_t i = 0; i < o.images.n; i++)
+                free(o.images.data[i]);
+        free(o.images.data);
+        free(o.images.len);
+        free(o.images.kind);
         if (rk)
                 rd_kafka_destroy(rk);
         return r;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "decode/decode.h"
 #include "core/labels.h"
 #include "core/model.h"
 #include "engine/prediction.h"
@@ -39,6 +40,9 @@ typedef struct run_args {
         const char *weights;
         const char *labels;
         const char *logits;
+        const char *rgb8;       /* --rgb8 OUT: the 224x224x3 records as fed */
+        uint64_t max_pixels;    /* --max-pixels, as [decode] max_pixels */
+        uint64_t max_bytes;     /* --max-bytes, as [decode] max_bytes */
         int json;
         double bench_seconds;
         int batch;              /* 0: the default for the mode */
@@ -50,15 +54,20 @@ typedef struct run_args {
 static void run_usage(FILE *out) {
         fputs("usage:\n"
               "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
-              "             [--batch N] [--top K] [--logits OUT] INPUT...\n"
+              "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
+              "             INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
               "             [--precision P] [--backend B] [--batch N]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
               "\n"
-              "INPUT is a raw record: 150528 bytes of RGB8 224x224x3 (HWC), or 602112 bytes of\n"
-              "float32 3x224x224 (CHW, little-endian, normalised). One JSON prediction line is\n"
-              "printed per input, in argument order. --logits writes N x 1000 float32 pre-softmax\n"
-              "logits (little-endian) in the same order.\n"
+              "INPUT is a JPEG or PNG file (decoded, resized to 256 on the shorter side and\n"
+              "centre-cropped to 224, as torchvision's eval transform), or a raw record: 150528\n"
+              "bytes of RGB8 224x224x3 (HWC), or 602112 bytes of float32 3x224x224 (CHW,\n"
+              "little-endian, normalised). One JSON prediction line is printed per input, in\n"
+              "argument order. --logits writes N x 1000 float32 pre-softmax logits (little-endian)\n"
+              "in the same order; --rgb8 writes the N x 224x224x3 uint8 records as fed to the\n"
+              "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
+              "(default 20MiB) limit encoded images, as [decode] does in the daemon.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
               "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
               "--version.\n",
@@ -82,7 +91,7 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
 /* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH, OPT_VERSION };
+               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -99,6 +108,9 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "bench", required_argument, NULL, OPT_BENCH },
                 { "device", required_argument, NULL, OPT_DEVICE },
                 { "depth", required_argument, NULL, OPT_DEPTH },
+                { "rgb8", required_argument, NULL, OPT_RGB8 },
+                { "max-pixels", required_argument, NULL, OPT_MAX_PIXELS },
+                { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
                 { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -107,6 +119,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
 
         memset(a, 0, sizeof(*a));
         engine_options_init(&a->engine);
+        a->max_pixels = DECODE_DEFAULT_MAX_PIXELS;
+        a->max_bytes = DECODE_DEFAULT_MAX_BYTES;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "+:h", options, NULL)) >= 0) {
                 switch (c) {
@@ -178,6 +192,27 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         if (r < 0)
                                 return r;
                         break;
+                case OPT_RGB8:
+                        a->rgb8 = optarg;
+                        break;
+                case OPT_MAX_PIXELS: {
+                        char *end;
+
+                        errno = 0;
+                        a->max_pixels = strtoull(optarg, &end, 10);
+                        if (errno || end == optarg || *end || optarg[0] == '-' || a->max_pixels == 0) {
+                                fprintf(stderr, "inferd-run: --max-pixels: '%s' is not a positive whole number\n",
+                                        optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                }
+                case OPT_MAX_BYTES:
+                        if (units_parse_size(optarg, &a->max_bytes) < 0 || a->max_bytes == 0) {
+                                fprintf(stderr, "inferd-run: --max-bytes: '%s' is not a size (such as 20MiB)\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
                 case OPT_DEPTH:
                         r = run_parse_int("--depth", optarg, 2, 16, &a->engine.pipeline_depth);
                         if (r < 0)
@@ -210,8 +245,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
                         return -EINVAL;
                 }
-        } else if (a->logits || a->labels) {
-                fprintf(stderr, "inferd-run: --logits and --labels go with INPUT files only\n");
+        } else if (a->logits || a->labels || a->rgb8) {
+                fprintf(stderr, "inferd-run: --logits, --rgb8 and --labels go with INPUT files only\n");
                 return -EINVAL;
         }
         /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
@@ -221,6 +256,10 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 a->engine.max_batch = a->n_inputs < 8 ? a->n_inputs : 8;
         else if (a->mode == RUN_BENCH)
                 a->engine.max_batch = 8;
+        /* Images are decoded on this thread: one context, with a copy of the file. */
+        a->engine.decode_threads = 1;
+        a->engine.decode_max_pixels = a->max_pixels;
+        a->engine.decode_input_bytes = a->max_bytes;
         return 0;
 }
 
@@ -248,7 +287,7 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
                 return -EINVAL;
         }
         if ((uint64_t)st.st_size > cap) {
-                fprintf(stderr, "inferd-run: %s: %lld bytes is larger than any accepted record (%zu bytes at most) "
+                fprintf(stderr, "inferd-run: %s: %lld bytes is more than this input may have (%zu bytes at most) "
                         "[too-large]\n", path, (long long)st.st_size, cap);
                 close(fd);
                 return -EFBIG;
@@ -269,8 +308,11 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
 }
 
 /* Loads the input at path as record pos of slot: its format from its size
- * and first bytes, then its bytes into the place the slot packs it at. */
-static int run_pack(engine_t *e, int slot, int pos, const char *path) {
+ * and first bytes; a raw record's bytes go into the place the slot packs it
+ * at, a JPEG or PNG is read into the decoder's input buffer and decoded into
+ * an RGB8 place. With --rgb8, the record as fed is appended to rgb8_out. */
+static int run_pack(engine_t *e, decode_t *dec, int slot, int pos, const char *path, FILE *rgb8_out,
+                    const char *rgb8_path) {
         unsigned char head[16] = { 0 }, *dst;
         record_format_t f;
         const char *code = NULL;
@@ -288,23 +330,38 @@ static int run_pack(engine_t *e, int slot, int pos, const char *path) {
                 return r;
         }
         close(fd);
-        r = record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err);
+        r = record_identify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err);
         if (r < 0) {
                 fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
                 return r;
         }
-        dst = engine_slot_place(e, slot, pos, f);
+        dst = engine_slot_place(e, slot, pos, record_is_encoded(f) ? RECORD_RGB8 : f);
         if (!dst) {
                 /* The caller checks engine_slot_has_room first. */
                 fprintf(stderr, "inferd-run: %s: no room in the batch\n", path);
                 return -ENOSPC;
         }
-        r = run_read_input(path, dst, pack_row_bytes(f), &len);
-        if (r < 0)
-                return r;
-        if (len != pack_row_bytes(f)) {
-                fprintf(stderr, "inferd-run: %s: changed while being read (%zu bytes, %zu expected)\n", path, len,
-                        pack_row_bytes(f));
+        if (record_is_encoded(f)) {
+                r = run_read_input(path, decode_input(dec), decode_max_bytes(dec), &len);
+                if (r < 0)
+                        return r;
+                r = decode_record(dec, decode_input(dec), len, f, dst, NULL, &code, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: %s: %s [%s]\n", path, err.msg, code);
+                        return r;
+                }
+        } else {
+                r = run_read_input(path, dst, pack_row_bytes(f), &len);
+                if (r < 0)
+                        return r;
+                if (len != pack_row_bytes(f)) {
+                        fprintf(stderr, "inferd-run: %s: changed while being read (%zu bytes, %zu expected)\n",
+                                path, len, pack_row_bytes(f));
+                        return -EIO;
+                }
+        }
+        if (rgb8_out && fwrite(dst, RECORD_RGB8_BYTES, 1, rgb8_out) != 1) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", rgb8_path, strerror(errno));
                 return -EIO;
         }
         return 0;
@@ -332,9 +389,18 @@ static int run_check_inputs(const run_args_t *a) {
                         fprintf(stderr, "inferd-run: %s: not a regular file\n", a->inputs[i]);
                         bad = 1;
                 } else if (read(fd, head, sizeof(head)) < 0 ||
-                           record_classify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
+                           record_identify(head, (size_t)st.st_size, NULL, 0, &f, &code, &err) < 0) {
                         fprintf(stderr, "inferd-run: %s: %s [%s]\n", a->inputs[i], code ? err.msg : strerror(errno),
                                 code ? code : "read-failed");
+                        bad = 1;
+                } else if (record_is_encoded(f) && (uint64_t)st.st_size > a->max_bytes) {
+                        fprintf(stderr, "inferd-run: %s: %lld bytes of %s is more than --max-bytes (%llu) [too-large]\n",
+                                a->inputs[i], (long long)st.st_size, record_format_mime(f),
+                                (unsigned long long)a->max_bytes);
+                        bad = 1;
+                } else if (f == RECORD_F32_CHW && a->rgb8) {
+                        fprintf(stderr, "inferd-run: %s: a float32 tensor has no RGB8 record for --rgb8\n",
+                                a->inputs[i]);
                         bad = 1;
                 }
                 if (fd >= 0)
@@ -393,14 +459,30 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
         int refused = 0;        /* inputs without a prediction (non-finite logits) */
         int first[16], count[16];
         double started[16];
-        FILE *logits_out = NULL;
+        FILE *logits_out = NULL, *rgb8_out = NULL;
+        decode_t *dec = NULL;
         errbuf_t err;
 
+        /* The one decode context the plan counted (engine_plan_of(e)->decode). */
+        r = decode_new(&dec, a->max_pixels, a->max_bytes, true, &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd-run: cannot make the decoder: %s\n", err.msg);
+                return r;
+        }
         if (a->logits) {
                 logits_out = fopen(a->logits, "we");
                 if (!logits_out) {
+                        r = -errno;
                         fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->logits, strerror(errno));
-                        return -errno;
+                        goto out;
+                }
+        }
+        if (a->rgb8) {
+                rgb8_out = fopen(a->rgb8, "we");
+                if (!rgb8_out) {
+                        r = -errno;
+                        fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->rgb8, strerror(errno));
+                        goto out;
                 }
         }
         while (next < a->n_inputs || in_flight > 0) {
@@ -410,7 +492,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         /* Up to the batch, or fewer once float32 inputs
                          * fill the slot's packed staging. */
                         while (n < batch && next + n < a->n_inputs && (n == 0 || engine_slot_has_room(e, slot))) {
-                                r = run_pack(e, slot, n, a->inputs[next + n]);
+                                r = run_pack(e, dec, slot, n, a->inputs[next + n], rgb8_out, a->rgb8);
                                 if (r < 0)
                                         goto out;
                                 n++;
@@ -450,6 +532,11 @@ out:
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
                 r = -EIO;
         }
+        if (rgb8_out && fclose(rgb8_out) != 0 && r == 0) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->rgb8, strerror(errno));
+                r = -EIO;
+        }
+        decode_free(dec);
         return r;
 }
 

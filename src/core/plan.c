@@ -128,6 +128,39 @@ size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]) {
         return arena;
 }
 
+/* The decode buffers follow from max_pixels alone. The shorter side of an
+ * image is at most S = sqrt(max_pixels); Resize(256) then scales either axis
+ * by at most S / 255 (the long side's output is int(256 * long / short),
+ * at least 256 * long / short - 1), and the 224 cropped rows of the vertical
+ * pass read at most 225 * scale + 2 input rows, 227 when upscaling. The
+ * bilinear filter's support is max(scale, 1) on each side. */
+int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *t) {
+        uint64_t s, scale_ceil;
+
+        memset(t, 0, sizeof(*t));
+        if (max_pixels == 0)
+                return -EINVAL;
+        for (s = 1; (s + 1) * (s + 1) <= max_pixels && s < PLAN_DECODE_MAX_SIDE; s++)
+                ;
+        /* s is at most 65535 and the loop runs that often at most: cheap. */
+        scale_ceil = (s + 254) / 255;
+        t->resize_rows = (225 * s + 254) / 255 + 3;
+        if (t->resize_rows < 228)
+                t->resize_rows = 228;
+        t->resize_taps = 2 * (scale_ceil < 1 ? 1 : scale_ceil) + 3;
+        t->pixel_bytes = max_pixels * 4;
+        t->resize_bytes = (uint64_t)PLAN_DECODE_OUT_SIDE * t->resize_rows * 3 +
+                          2 * (uint64_t)PLAN_DECODE_OUT_SIDE * (t->resize_taps * sizeof(int32_t) + 2 * sizeof(int32_t));
+        t->input_bytes = input_bytes;
+        t->buffer_bytes = t->pixel_bytes + t->resize_bytes + t->input_bytes;
+        /* libjpeg holds a progressive image's coefficients whole (2 bytes a
+         * sample, up to 4 full-resolution components, MCU padding on the
+         * edges); libspng's rows and zlib's window, libjpeg's row buffers and
+         * tables fit well within the fixed part. */
+        t->library_bytes = 8 * max_pixels + 8 * 32 * 2 * (uint64_t)(PLAN_DECODE_MAX_SIDE + 1) + ((uint64_t)16 << 20);
+        return 0;
+}
+
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *p) {
         int r;
 
@@ -150,6 +183,14 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                 return r;
         p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
         p->limit = PLAN_LIMIT_MAX_BATCH;
+        if (req->decode_threads > 0) {
+                r = plan_decode_terms(req->decode_max_pixels, req->decode_input_bytes, &p->decode);
+                if (r < 0)
+                        return r;
+                p->decode_threads = req->decode_threads;
+                p->decode_max_pixels = req->decode_max_pixels;
+                p->decode_host_bytes = (uint64_t)req->decode_threads * (p->decode.buffer_bytes + p->decode.library_bytes);
+        }
         p->workspace_bytes = p->engine.workspace_bytes;
         p->pinned_host_bytes = p->engine.pinned_host_bytes;
         p->total_bytes = p->engine.context_bytes + p->engine.graph_bytes + p->weights_bytes + p->activation_bytes +
@@ -250,7 +291,9 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"workspace_bytes\":%llu,\"staging_bytes\":%llu,\"context_bytes\":%llu,\"graph_bytes\":%llu,"
                 "\"pinned_host_bytes\":%llu,\"total_bytes\":%llu,\"budget_bytes\":%llu,"
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
-                "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu}\n",
+                "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
+                "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
+                "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu}\n",
                 backend_name(p->backend), precision_name(p->precision), p->max_batch, p->pipeline_depth,
                 (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
                 (unsigned long long)p->activation_bytes, (unsigned long long)p->workspace_bytes,
@@ -259,7 +302,9 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->total_bytes, (unsigned long long)p->budget_bytes,
                 (unsigned long long)p->device_memory_bytes, (unsigned long long)p->host_budget_bytes,
                 p->record_bytes, p->top_k, plan_limit_name(p->limit), p->operand_batch_cap,
-                (unsigned long long)p->engine.gemm_operand_elems_per_sample);
+                (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
+                (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
+                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes);
         return ferror(out) ? -EIO : 0;
 }
 
@@ -293,5 +338,21 @@ int plan_write_text(const plan_t *p, FILE *out) {
         fprintf(out, "  %-22s %12s  of a host budget of %s\n", "pinned host",
                 units_format_size(p->pinned_host_bytes, a, sizeof(a)),
                 units_format_size(p->host_budget_bytes, b, sizeof(b)));
+        if (p->decode_threads > 0) {
+                fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels\n", p->decode_threads,
+                        p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels);
+                fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  decoded pixels", units_format_size(p->decode.pixel_bytes, a, sizeof(a)),
+                        (unsigned long long)p->decode.pixel_bytes);
+                fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  resize", units_format_size(p->decode.resize_bytes, a, sizeof(a)),
+                        (unsigned long long)p->decode.resize_bytes);
+                if (p->decode.input_bytes)
+                        fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  encoded input",
+                                units_format_size(p->decode.input_bytes, a, sizeof(a)),
+                                (unsigned long long)p->decode.input_bytes);
+                fprintf(out, "  %-22s %12s  (%llu bytes, allocated by libjpeg/libspng per image; a bound)\n",
+                        "  library, at most", units_format_size(p->decode.library_bytes, a, sizeof(a)),
+                        (unsigned long long)p->decode.library_bytes);
+                fprintf(out, "  %-22s %12s  (all contexts)\n", "decode total", units_format_size(p->decode_host_bytes, a, sizeof(a)));
+        }
         return ferror(out) ? -EIO : 0;
 }

@@ -63,6 +63,28 @@ typedef struct plan_engine_terms {
         uint64_t gemm_operand_elems_per_sample;
 } plan_engine_terms_t;
 
+/* The host buffers of one decode context (src/decode carves them from these
+ * sizes, once; nothing is allocated per record). An encoded image of up to
+ * max_pixels is decoded whole, then resized and cropped to 224x224 RGB8. */
+#define PLAN_DECODE_MAX_SIDE 65535      /* longer sides are refused: JPEG's own bound, and absurd for PNG */
+#define PLAN_DECODE_OUT_SIDE 224        /* CenterCrop(224) */
+#define PLAN_DECODE_RESIZE_SIDE 256     /* Resize(256), the shorter side */
+typedef struct plan_decode_terms {
+        uint64_t pixel_bytes;           /* the decoded image: max_pixels x 4 bytes (CMYK is the widest kept) */
+        uint64_t resize_rows;           /* rows of the horizontal pass kept for the vertical one */
+        uint64_t resize_taps;           /* filter taps per output pixel, at most */
+        uint64_t resize_bytes;          /* those rows (224 x rows x 3) and both coefficient tables */
+        uint64_t input_bytes;           /* a copy of the encoded record (max_bytes), only for callers that read files */
+        uint64_t buffer_bytes;          /* the sum of the above: what a context allocates, once */
+        uint64_t library_bytes;         /* a bound on what libjpeg / libspng allocate for themselves per image
+                                         * (progressive JPEG keeps every coefficient: 2 bytes per sample) */
+} plan_decode_terms_t;
+
+/* The buffers of one decode context for images of at most max_pixels, with
+ * a copy of the encoded input when input_bytes > 0. Returns 0, or -EINVAL
+ * when max_pixels is 0. */
+int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *ret);
+
 /* No GEMM operand of a planned batch reaches this many elements: 2^31, where
  * 32-bit element indices and counts (cuBLASLt's kernels, grid arithmetic)
  * stop being safe. The planner caps the batch below it rather than
@@ -95,6 +117,9 @@ typedef struct plan_request {
         int top_k;
         uint64_t measured_context_bytes; /* CUDA: measured after device init; 0 = use the estimate */
         plan_terms_fn terms;            /* the engine's terms */
+        int decode_threads;             /* decode contexts (0: no JPEG/PNG decoding is planned) */
+        uint64_t decode_max_pixels;     /* [decode] max_pixels */
+        uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
 } plan_request_t;
 
 typedef struct plan {
@@ -117,6 +142,12 @@ typedef struct plan {
         uint64_t workspace_bytes;       /* == engine.workspace_bytes */
         uint64_t pinned_host_bytes;     /* == engine.pinned_host_bytes */
         uint64_t total_bytes;           /* device: context + graphs + weights + activations + workspace + staging */
+        /* Host (pageable) memory of the decode contexts: not device memory,
+         * not pinned, so outside both budgets, but planned and shown. */
+        int decode_threads;
+        uint64_t decode_max_pixels;
+        plan_decode_terms_t decode;     /* per context */
+        uint64_t decode_host_bytes;     /* decode_threads x (buffer_bytes + library_bytes) */
         /* Liveness result: per-sample element offset of each activation tensor
          * in the activation arena, and the arena's size in elements. */
         size_t tensor_offset[MODEL_MAX_TENSORS];

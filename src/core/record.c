@@ -58,7 +58,11 @@ static size_t record_expected_bytes(record_format_t f) {
         return f == RECORD_RGB8 ? RECORD_RGB8_BYTES : RECORD_F32_CHW_BYTES;
 }
 
-int record_classify(const void *data, size_t len, const char *ct, size_t ct_len, record_format_t *ret,
+int record_is_encoded(record_format_t f) {
+        return f == RECORD_JPEG || f == RECORD_PNG;
+}
+
+int record_identify(const void *data, size_t len, const char *ct, size_t ct_len, record_format_t *ret,
                     const char **code, errbuf_t *err) {
         record_format_t f;
 
@@ -68,7 +72,7 @@ int record_classify(const void *data, size_t len, const char *ct, size_t ct_len,
                         *code = RECORD_ERR_BAD_CONTENT_TYPE;
                         return errbuf_set(err, -EINVAL,
                                           "content-type '%.*s' is not one of image/x-rgb8, "
-                                          "application/x-float32-chw",
+                                          "application/x-float32-chw, image/jpeg, image/png",
                                           (int)(ct_len > 64 ? 64 : ct_len), ct);
                 }
         } else {
@@ -87,15 +91,27 @@ int record_classify(const void *data, size_t len, const char *ct, size_t ct_len,
                                           len, RECORD_RGB8_BYTES, RECORD_F32_CHW_BYTES);
                 }
         }
-        if (f == RECORD_JPEG || f == RECORD_PNG) {
-                *code = RECORD_ERR_DECODE_FAILED;
-                return errbuf_set(err, -EINVAL, "%s records cannot be decoded yet; send image/x-rgb8 "
-                                  "or application/x-float32-chw", record_format_mime(f));
-        }
-        if (len != record_expected_bytes(f)) {
+        if (!record_is_encoded(f) && len != record_expected_bytes(f)) {
                 *code = len > RECORD_MAX_BYTES ? RECORD_ERR_TOO_LARGE : RECORD_ERR_BAD_SIZE;
                 return errbuf_set(err, -EINVAL, "%s record of %zu bytes; exactly %zu expected",
                                   record_format_mime(f), len, record_expected_bytes(f));
+        }
+        *ret = f;
+        return 0;
+}
+
+int record_classify(const void *data, size_t len, const char *ct, size_t ct_len, record_format_t *ret,
+                    const char **code, errbuf_t *err) {
+        record_format_t f = RECORD_UNKNOWN;
+        int r;
+
+        r = record_identify(data, len, ct, ct_len, &f, code, err);
+        if (r < 0)
+                return r;
+        if (record_is_encoded(f)) {
+                *code = RECORD_ERR_DECODE_FAILED;
+                return errbuf_set(err, -EINVAL, "%s records are not decoded by this program yet; send image/x-rgb8 "
+                                  "or application/x-float32-chw", record_format_mime(f));
         }
         *ret = f;
         return 0;

@@ -3,9 +3,9 @@
  * A record is one image: raw RGB8 (224x224x3 uint8, HWC) or float32 CHW
  * (3x224x224, little-endian, already normalised). Its type comes from a
  * content-type header when there is one, otherwise from the bytes (magic
- * numbers, exact length). Encoded images (JPEG, PNG) are recognised so that
- * they get a precise error until decoding exists. Nothing here touches an
- * engine: the engines' preprocessing turns a record into activations. */
+ * numbers, exact length). Encoded images (JPEG, PNG) are recognised here and
+ * decoded by src/decode into an RGB8 record. Nothing here decodes or touches
+ * an engine: the engines' preprocessing turns a record into activations. */
 #ifndef INFERD_RECORD_H
 #define INFERD_RECORD_H
 
@@ -22,8 +22,8 @@ typedef enum record_format {
         RECORD_UNKNOWN = 0,
         RECORD_RGB8 = 1,        /* image/x-rgb8 */
         RECORD_F32_CHW = 2,     /* application/x-float32-chw */
-        RECORD_JPEG = 3,        /* image/jpeg: recognised, not decoded yet */
-        RECORD_PNG = 4,         /* image/png: recognised, not decoded yet */
+        RECORD_JPEG = 3,        /* image/jpeg: decoded by src/decode */
+        RECORD_PNG = 4,         /* image/png: decoded by src/decode */
 } record_format_t;
 
 /* The short DLQ code of a refused record (the design's inferd-error header). */
@@ -40,7 +40,17 @@ const char *record_format_mime(record_format_t f);
  * after ';' and surrounding blanks are ignored, case-insensitively. */
 record_format_t record_format_from_mime(const char *content_type, size_t len);
 
-/* Decides the format of a record and checks that it can be run.
+/* Decides the format of a record: RECORD_RGB8 or RECORD_F32_CHW of exactly
+ * their size, or RECORD_JPEG / RECORD_PNG of any length (their limits are
+ * the decoder's). Refusals are as for record_classify. */
+int record_identify(const void *data, size_t len, const char *content_type, size_t content_type_len,
+                    record_format_t *ret, const char **code, errbuf_t *err);
+
+/* True for the formats that need decoding (JPEG, PNG). */
+int record_is_encoded(record_format_t f);
+
+/* Decides the format of a record and checks that it can be run as it is,
+ * for a caller without a decoder (the daemon, until its decode pool).
  * content_type may be NULL (sniff from the bytes). Returns the runnable format
  * (RECORD_RGB8 or RECORD_F32_CHW), or -EINVAL with *code set to one of the
  * RECORD_ERR_* codes and a sentence in err. Only the first 8 bytes of data

@@ -107,11 +107,19 @@ static const cfg_key_t cfg_keys[] = {
 
         { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
           "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
+
+        { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
+          "JPEG/PNG decode threads; 0 means the cores minus one, at least 1. Each owns buffers for max_pixels." },
+        { "decode", "max_pixels", CFG_T_INT, "50000000", 1, 2147483647, false, false, F(decode.max_pixels),
+          "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding." },
+        { "decode", "max_bytes", CFG_T_SIZE, "20MiB", 1 * KiB, 1 * GiB, false, false, F(decode.max_bytes),
+          "Largest encoded (JPEG/PNG) record accepted; more is refused as too-large." },
 };
 
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
-static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain" };
+static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
+                                             "decode" };
 #define CFG_SECTION_CONSUMER "kafka.consumer"
 #define CFG_SECTION_PRODUCER "kafka.producer"
 

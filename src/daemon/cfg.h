@@ -103,6 +103,12 @@ typedef struct cfg {
         struct {
                 int timeout_s;          /* 1..3600 */
         } drain;
+
+        struct {
+                int threads;            /* 0..256; 0 = the cores minus one, at least 1 (decode_default_threads) */
+                int max_pixels;         /* 1..2^31-1 */
+                uint64_t max_bytes;     /* 1KiB..1GiB */
+        } decode;
 } cfg_t;
 
 /* Reads and validates path. On success *ret is a new cfg_t (free it with

@@ -36,6 +36,8 @@
 #include "core/labels.h"
 #include "core/model.h"
 #include "core/units.h"
+#include "decode/decode.h"
+#include "decode/pool.h"
 #include "engine/engine.h"
 
 #define DAEMON_POLL_INTERVAL_US (100 * 1000ULL)
@@ -48,7 +50,7 @@ struct daemon {
         char *config_path;              /* owned */
         sd_event *event;
         sd_event_source *sig_term, *sig_int, *sig_hup;
-        sd_event_source *consumer_io, *producer_io, *engine_io;
+        sd_event_source *consumer_io, *producer_io, *engine_io, *decode_io;
         sd_event_source *poll_timer, *delay_timer, *drain_timer, *watchdog_timer, *defer;
 
         model_t *model;
@@ -57,6 +59,7 @@ struct daemon {
         kafka_t *kafka;
         batch_offsets_t *offsets;       /* lent to the pipeline; the delivery reports mark it here */
         pipeline_t *pipeline;           /* borrows engine, kafka and offsets: freed before them */
+        decode_pool_t *decode;          /* JPEG/PNG threads; lent to the pipeline, freed before it */
 
         bool started, draining, in_revoke;
         bool bench_pipeline;            /* the no-compute pipeline benchmark (pipebench.h) */
@@ -374,9 +377,11 @@ static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_li
         pipeline_held_drop(d->pipeline, parts);
         pipeline_flush_filling(d->pipeline);
         while (daemon_records_in_slots(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
-                struct pollfd p = { .fd = engine_completion_fd(d->engine), .events = POLLIN };
+                struct pollfd p[2] = { { .fd = engine_completion_fd(d->engine), .events = POLLIN },
+                                       { .fd = decode_pool_fd(d->decode), .events = POLLIN } };
 
-                poll(&p, 1, 100);
+                poll(p, 2, 100);
+                pipeline_decoded(d->pipeline);
                 pipeline_reap(d->pipeline);
                 kafka_poll_producer(d->kafka);
                 pipeline_produce_pending(d->pipeline);
@@ -491,6 +496,18 @@ static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, voi
         daemon_txn_maybe_close(d);
         daemon_pump(d);
         daemon_txn_check(d);
+        daemon_check_drained(d);
+        return 0;
+}
+
+static int daemon_on_decode_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)fd;
+        (void)revents;
+        pipeline_decoded(d->pipeline);
+        daemon_pump(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -698,6 +715,10 @@ void daemon_free(daemon_t *d) {
         /* Every message goes before its handle (rd_kafka_destroy waits for
          * them): the pipeline destroys those it holds. It borrows the engine,
          * Kafka and the offset store, so it goes first. */
+        /* The decode threads write into the engine's slots and read the
+         * pipeline's messages: they stop first. */
+        decode_pool_free(d->decode);
+        d->decode = NULL;
         pipeline_free(d->pipeline);
         d->pipeline = NULL;
         /* Then Kafka, before the rest: its callbacks point into d. */
@@ -709,6 +730,7 @@ void daemon_free(daemon_t *d) {
         sd_event_source_unref(d->consumer_io);
         sd_event_source_unref(d->producer_io);
         sd_event_source_unref(d->engine_io);
+        sd_event_source_unref(d->decode_io);
         sd_event_source_unref(d->poll_timer);
         sd_event_source_unref(d->delay_timer);
         sd_event_source_unref(d->drain_timer);
@@ -740,6 +762,9 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->max_batch = c->memory.max_batch;
         o->pipeline_depth = DAEMON_PIPELINE_DEPTH;
         o->top_k = c->service.top_k;
+        /* The decode contexts are planned as the daemon would make them. */
+        o->decode_threads = c->decode.threads > 0 ? c->decode.threads : decode_default_threads();
+        o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
 }
 
 int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err) {
@@ -844,6 +869,15 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",
                          d->cfg->kafka.transaction_max_ms);
         }
+        /* The decode contexts the plan counted (daemon_engine_options), one
+         * job per slot position. */
+        r = decode_pool_new(&d->decode, o.decode_threads, o.decode_max_pixels, d->cfg->decode.max_bytes,
+                            (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
+        if (r < 0)
+                return errbuf_prefix(err, r, "Failed to start the decode threads");
+        log_info("Decode: %d thread%s for images up to %d pixels and %s", o.decode_threads,
+                 o.decode_threads == 1 ? "" : "s", d->cfg->decode.max_pixels,
+                 units_format_size(d->cfg->decode.max_bytes, size, sizeof(size)));
 
         /* The pipeline borrows what it is given here (the topic strings and
          * the meta's strings live in d->cfg, d->model and d->engine, which
@@ -864,6 +898,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                         .instance = d->cfg->service.instance,
                         .labels = d->labels,
                 },
+                .decode = d->decode,
         };
         r = pipeline_new(&d->pipeline, &pcfg, &ops, d);
         if (r < 0)
@@ -875,6 +910,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                                  daemon_on_producer_io, d)) < 0 ||
             (r = sd_event_add_io(d->event, &d->engine_io, engine_completion_fd(d->engine), EPOLLIN,
                                  daemon_on_engine_io, d)) < 0 ||
+            (r = sd_event_add_io(d->event, &d->decode_io, decode_pool_fd(d->decode), EPOLLIN,
+                                 daemon_on_decode_io, d)) < 0 ||
             (r = sd_event_add_time(d->event, &d->poll_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_POLL_INTERVAL_US,
                                    0, daemon_on_poll, d)) < 0 ||
             (r = sd_event_add_time(d->event, &d->delay_timer, CLOCK_MONOTONIC, 0, 0, daemon_on_delay, d)) < 0 ||

@@ -39,6 +39,16 @@ struct pipeline {
         int max_delay_ms;               /* live */
         int *slot_produced;             /* (depth) records of a DONE slot already produced */
 
+        /* Decoding (when decode is not NULL): one job per slot position,
+         * (depth, capacity); a slot is submitted to the engine once
+         * slot_decoding reaches 0, with the n batch_submit gave it. */
+        decode_pool_t *decode;          /* borrowed */
+        decode_job_t *jobs;             /* (depth * capacity) */
+        bool *refused;                  /* (depth * capacity): the job's decode was refused: DLQ, not a prediction */
+        int *slot_decoding;             /* (depth) jobs not yet reaped */
+        int *slot_waiting;              /* (depth) batch_submit's n, while the engine waits for decodes; 0 = none */
+        int capacity;                   /* the batcher's capacity (positions per slot) */
+
         /* Records consumed but not placed yet, in order (a ring); owned. */
         rd_kafka_message_t **held;
         size_t held_head, held_len, held_cap;
@@ -232,11 +242,28 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
         for (int i = p->slot_produced[slot]; i < n; i++) {
                 batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
                 rd_kafka_message_t *m = e->msg;
-                rd_kafka_headers_t *h = pipeline_source_headers(m);
-                pipeline_ticket_t *t = pipeline_ticket_new(m, false);
+                rd_kafka_headers_t *h;
+                pipeline_ticket_t *t;
                 char *json = NULL;
                 int len;
 
+                if (p->refused && p->refused[slot * p->capacity + i]) {
+                        /* Its decode was refused: the engine ran on a
+                         * placeholder; the record goes to the DLQ. */
+                        const decode_job_t *j = &p->jobs[slot * p->capacity + i];
+
+                        r = pipeline_dead_letter(p, m, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg,
+                                                 e->tag);
+                        if (r < 0) {
+                                p->slot_produced[slot] = i;
+                                return r;
+                        }
+                        p->refused[slot * p->capacity + i] = false;
+                        e->msg = NULL;
+                        continue;
+                }
+                h = pipeline_source_headers(m);
+                t = pipeline_ticket_new(m, false);
                 if (!engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
                         /* No prediction: the record goes to the DLQ instead,
                          * under the offset it was tracked with. */
@@ -312,14 +339,11 @@ int pipeline_produce_pending(pipeline_t *p) {
 
 /* --- the engine ------------------------------------------------------------ */
 
-/* Submits a FILLING slot. Returns 0, or -errno after ops->fail. */
-static int pipeline_submit(pipeline_t *p, int slot) {
+/* Starts the engine on a slot of n records whose decodes are done. */
+static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
         errbuf_t err = {};
-        int n, r;
+        int r;
 
-        if (batch_in_flight(p->batch) == 0)
-                p->last_progress_us = pipeline_now_us();
-        n = batch_submit(p->batch, slot);
         r = engine_submit(p->engine, slot, n, &err);
         if (r < 0) {
                 log_error("Failed to submit a batch of %d: %s", n, err.msg);
@@ -329,6 +353,45 @@ static int pipeline_submit(pipeline_t *p, int slot) {
         p->batches++;
         p->batch_records += (uint64_t)n;
         log_debug_f(((log_fields_t){ LOG_BATCH(n) }), "Submitted slot %d", slot);
+        return 0;
+}
+
+/* Submits a FILLING slot: closed to new records at once (it counts as in
+ * flight), and handed to the engine when its decodes are done. Returns 0,
+ * or -errno after ops->fail. */
+static int pipeline_submit(pipeline_t *p, int slot) {
+        int n;
+
+        if (batch_in_flight(p->batch) == 0)
+                p->last_progress_us = pipeline_now_us();
+        n = batch_submit(p->batch, slot);
+        if (p->slot_decoding && p->slot_decoding[slot] > 0) {
+                p->slot_waiting[slot] = n;
+                return 0;
+        }
+        return pipeline_engine_submit(p, slot, n);
+}
+
+int pipeline_decoded(pipeline_t *p) {
+        decode_job_t *j;
+        int r;
+
+        if (!p->decode)
+                return 0;
+        while ((j = decode_pool_reap(p->decode))) {
+                int pos = (int)(j - p->jobs), slot = pos / p->capacity;
+
+                assert(pos >= 0 && slot < batch_depth(p->batch) && p->slot_decoding[slot] > 0);
+                p->refused[pos] = j->r < 0;
+                if (--p->slot_decoding[slot] == 0 && p->slot_waiting[slot] > 0) {
+                        int n = p->slot_waiting[slot];
+
+                        p->slot_waiting[slot] = 0;
+                        r = pipeline_engine_submit(p, slot, n);
+                        if (r < 0)
+                                return r;
+                }
+        }
         return 0;
 }
 
@@ -422,7 +485,12 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR)
                 rd_kafka_header_get_last(hdrs, "content-type", &ct, &ct_len);
 
-        r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
+        /* With a decode pool, JPEG and PNG are taken too (record_identify);
+         * without one, they are refused (record_classify). */
+        if (p->decode)
+                r = record_identify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
+        else
+                r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         if (r < 0) {
                 r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
                 if (r == -ENOBUFS)
@@ -438,19 +506,35 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 p->records_in++;
                 return 0;
         }
-        if (batch_is_busy(p->batch))
+        /* Back-pressure: no room in the slots, or in the decode queue. */
+        if (batch_is_busy(p->batch) || (record_is_encoded(fmt) && decode_pool_full(p->decode)))
                 return -ENOBUFS;
 
         full = batch_add(p->batch, m, pipeline_now_us(), &slot, &idx);
         assert(full >= 0);
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = pipeline_track(p, m);
-        /* The record's bytes go straight into the slot's (pinned) input,
-         * packed by format. It fits: a slot is submitted as soon as it has
-         * no room for a record of either format (below). */
-        dst = engine_slot_place(p->engine, slot, idx, fmt);
-        assert(dst && m->len == pack_row_bytes(fmt));
-        memcpy(dst, m->payload, m->len);
+        if (record_is_encoded(fmt)) {
+                /* A decode thread writes the slot's record, placed as RGB8;
+                 * the message (and so its payload) stays in the slot until
+                 * it is produced. */
+                decode_job_t *j = &p->jobs[slot * p->capacity + idx];
+
+                dst = engine_slot_place(p->engine, slot, idx, RECORD_RGB8);
+                assert(dst);
+                *j = (decode_job_t){ .data = m->payload, .len = m->len, .format = fmt, .out = dst };
+                p->refused[slot * p->capacity + idx] = false;
+                r = decode_pool_submit(p->decode, j);
+                assert(r == 0);         /* not full: checked above, on this thread */
+                p->slot_decoding[slot]++;
+        } else {
+                /* The record's bytes go straight into the slot's (pinned) input,
+                 * packed by format. It fits: a slot is submitted as soon as it has
+                 * no room for a record of either format (below). */
+                dst = engine_slot_place(p->engine, slot, idx, fmt);
+                assert(dst && m->len == pack_row_bytes(fmt));
+                memcpy(dst, m->payload, m->len);
+        }
         p->records_in++;
         /* Full by count, or by bytes (the next record could be float32). */
         if (full || !engine_slot_has_room(p->engine, slot))
@@ -562,6 +646,20 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 r = -ENOMEM;
                 goto fail;
         }
+        p->capacity = batch_capacity(p->batch);
+        if (cfg->decode) {
+                size_t positions = (size_t)engine_slots(cfg->engine) * (size_t)p->capacity;
+
+                p->decode = cfg->decode;
+                p->jobs = calloc(positions, sizeof(*p->jobs));
+                p->refused = calloc(positions, sizeof(*p->refused));
+                p->slot_decoding = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
+                p->slot_waiting = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
+                if (!p->jobs || !p->refused || !p->slot_decoding || !p->slot_waiting) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+        }
         *ret = p;
         return 0;
 fail:
@@ -587,6 +685,10 @@ void pipeline_free(pipeline_t *p) {
                 }
         batch_free(p->batch);
         free(p->slot_produced);
+        free(p->jobs);
+        free(p->refused);
+        free(p->slot_decoding);
+        free(p->slot_waiting);
         free(p->held);
         free(p);
 }

@@ -3,8 +3,12 @@
  *   consumer -> pipeline_pump -> take: classify
  *        bad  -> produce a copy to the DLQ                (tracked offset)
  *        good -> batch_add + copy into the engine's slot  (tracked offset)
- *   slot full (or pipeline_delay_expired) -> engine_submit
- *   engine fd -> pipeline_reap -> one prediction per record
+ *        JPEG/PNG -> batch_add + a decode job writing the slot's record
+ *                    (the decode pool's threads; tracked offset)
+ *   slot full (or pipeline_delay_expired) -> engine_submit, once the
+ *        slot's decode jobs are done (decode fd -> pipeline_decoded)
+ *   engine fd -> pipeline_reap -> one prediction per record, or the DLQ
+ *        copy of a record whose decoding was refused
  *
  * A record that cannot be placed (every slot busy, or the producer's queue
  * full) waits, in order, among the held records, and fetching is paused
@@ -29,6 +33,7 @@
 
 #include "daemon/batch.h"
 #include "daemon/kafka.h"
+#include "decode/pool.h"
 #include "engine/engine.h"
 #include "engine/prediction.h"
 
@@ -69,6 +74,9 @@ typedef struct pipeline_config {
         int top_k;                      /* classes per prediction, clamped to the engine's top-k */
         int max_delay_ms;               /* how long a partial batch may wait for more */
         prediction_meta_t meta;         /* copied; its strings and labels are borrowed */
+        decode_pool_t *decode;          /* borrowed; NULL: JPEG/PNG records go to the DLQ undecoded. Its
+                                         * capacity should be the engine's slots x batch. Free it before
+                                         * the pipeline: its jobs point into the slots and messages. */
 } pipeline_config_t;
 
 /* A snapshot for STATUS=, the drain, the watchdog and (later) metrics. */
@@ -113,6 +121,12 @@ void pipeline_pump(pipeline_t *p);
 /* Takes every completed slot and produces its predictions. Returns 0, or
  * -errno after ops->fail. */
 int pipeline_reap(pipeline_t *p);
+
+/* Takes every completed decode job (the decode pool's fd became readable),
+ * and submits the slots whose last job it was and that were waiting to be
+ * submitted. Returns 0, or -errno after ops->fail. The owner pumps again
+ * after it: a full decode queue may have held records back. */
+int pipeline_decoded(pipeline_t *p);
 
 /* Retries the DONE slots whose predictions did not all fit the producer.
  * Returns -ENOBUFS while the producer is full, -errno after ops->fail. */

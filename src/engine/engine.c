@@ -91,6 +91,9 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->record_bytes = RECORD_MAX_BYTES;
         req->max_batch = o->max_batch;
         req->top_k = o->top_k;
+        req->decode_threads = o->decode_threads;
+        req->decode_max_pixels = o->decode_max_pixels;
+        req->decode_input_bytes = o->decode_input_bytes;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
         return 0;
 }

@@ -96,6 +96,9 @@ typedef struct engine_options {
         int max_batch;          /* cap, default 256 */
         int pipeline_depth;     /* >= 2, default 2 */
         int top_k;              /* 1..ENGINE_TOPK_MAX, default 5 */
+        int decode_threads;     /* JPEG/PNG decode contexts to plan (src/decode); 0 = none */
+        uint64_t decode_max_pixels;     /* their image limit ([decode] max_pixels) */
+        uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);

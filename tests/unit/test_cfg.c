@@ -147,6 +147,8 @@ static void test_cfg_int_bounds(void) {
                 { "memory", "max_batch", 1, 4096, offsetof(cfg_t, memory.max_batch) },
                 { "batching", "max_delay_ms", 0, 10000, offsetof(cfg_t, batching.max_delay_ms) },
                 { "drain", "timeout_s", 1, 3600, offsetof(cfg_t, drain.timeout_s) },
+                { "decode", "threads", 0, 256, offsetof(cfg_t, decode.threads) },
+                { "decode", "max_pixels", 1, 2147483647, offsetof(cfg_t, decode.max_pixels) },
         };
 
         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
@@ -212,6 +214,28 @@ static void test_cfg_size_bounds(void) {
                         CU_ASSERT_TRUE(names_key(&err, "memory", cases[i].key));
                 }
                 cfg_free(c);
+        }
+        /* [decode] max_bytes: 1KiB..1GiB. */
+        {
+                static const struct {
+                        const char *value;
+                        uint64_t bytes;         /* 0: refused */
+                } mb[] = { { "1KiB", 1024 }, { "1GiB", 1ULL << 30 }, { "1023", 0 }, { "1073741825", 0 },
+                           { "20MiB", 20ULL << 20 } };
+
+                for (size_t i = 0; i < sizeof(mb) / sizeof(mb[0]); i++) {
+                        errbuf_t err;
+                        cfg_t *c;
+                        int r = load_one("decode", "max_bytes", mb[i].value, &c, &err);
+
+                        CU_ASSERT_EQUAL(r, mb[i].bytes ? 0 : -EINVAL);
+                        if (r == 0) {
+                                CU_ASSERT_EQUAL(c->decode.max_bytes, mb[i].bytes);
+                        } else {
+                                CU_ASSERT_TRUE(names_key(&err, "decode", "max_bytes"));
+                        }
+                        cfg_free(c);
+                }
         }
 }
 
@@ -486,6 +510,7 @@ static const char *const design_keys[][2] = {
         { "engine", "backend" }, { "engine", "device" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },
         { "batching", "max_delay_ms" }, { "drain", "timeout_s" },
+        { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
 

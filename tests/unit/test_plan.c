@@ -253,6 +253,43 @@ static void test_plan_incident_card(void) {
         model_free(m);
 }
 
+/* The decode contexts: by hand for the default 50,000,000 pixels. The
+ * shorter side is at most S = 7071 (7071^2 = 49,999,041), so a scale of at
+ * most 7071 / 255 = 27.7: 225 * 7071 / 255 = 6239.1 rows, 6240 + 3 = 6243
+ * kept, and 2 * 28 + 3 = 59 taps. They are host bytes outside both budgets,
+ * so they change neither the batch nor the device total. */
+static void test_plan_decode_buffers(void) {
+        plan_decode_terms_t t;
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t without, with;
+
+        CU_ASSERT_EQUAL(plan_decode_terms(50000000, 0, &t), 0);
+        CU_ASSERT_EQUAL(t.pixel_bytes, 200000000);
+        CU_ASSERT_EQUAL(t.resize_rows, 6243);
+        CU_ASSERT_EQUAL(t.resize_taps, 59);
+        CU_ASSERT_EQUAL(t.resize_bytes, 224ULL * 6243 * 3 + 2 * 224ULL * (59 * 4 + 8));
+        CU_ASSERT_EQUAL(t.buffer_bytes, t.pixel_bytes + t.resize_bytes);
+        CU_ASSERT(t.library_bytes >= 8ULL * 50000000);
+        CU_ASSERT_EQUAL(plan_decode_terms(0, 0, &t), -EINVAL);
+        /* Small images: upscaling keeps 228 rows and 5 taps at least. */
+        CU_ASSERT_EQUAL(plan_decode_terms(1000, 7, &t), 0);
+        CU_ASSERT(t.resize_rows == 228 && t.resize_taps == 5 && t.input_bytes == 7);
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        CU_ASSERT_EQUAL(plan_make(m, &req, &without, NULL), 0);
+        req.decode_threads = 3;
+        req.decode_max_pixels = 50000000;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &with, NULL), 0);
+        CU_ASSERT_EQUAL(without.decode_host_bytes, 0);
+        CU_ASSERT_EQUAL(with.decode_threads, 3);
+        CU_ASSERT_EQUAL(with.decode_host_bytes, 3 * (with.decode.buffer_bytes + with.decode.library_bytes));
+        CU_ASSERT_EQUAL(with.max_batch, without.max_batch);
+        CU_ASSERT_EQUAL(with.total_bytes, without.total_bytes);
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
@@ -264,6 +301,7 @@ int test_plan_register(void) {
                 { "refuses_and_names_the_term", test_plan_refuses_and_names_the_term },
                 { "rejects_bad_requests", test_plan_rejects_bad_requests },
                 { "incident_card", test_plan_incident_card },
+                { "decode_buffers", test_plan_decode_buffers },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);

@@ -63,11 +63,34 @@ static void test_record_refuses_encoded_images(void) {
         CU_ASSERT_STRING_EQUAL(record_format_mime(RECORD_F32_CHW), "application/x-float32-chw");
 }
 
+static void test_record_identifies_encoded_images(void) {
+        unsigned char jpeg[64] = { 0xff, 0xd8, 0xff, 0xe0 }, png[64] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        record_format_t f;
+        const char *code;
+        errbuf_t err;
+
+        /* By magic, at any length (the decoder has its own limits). */
+        CU_ASSERT_EQUAL(record_identify(jpeg, sizeof(jpeg), NULL, 0, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_JPEG);
+        CU_ASSERT_EQUAL(record_identify(png, RECORD_RGB8_BYTES, NULL, 0, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_PNG);
+        /* By content-type, whatever the bytes say. */
+        CU_ASSERT_EQUAL(record_identify(png, sizeof(png), "image/jpeg", 10, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_JPEG);
+        CU_ASSERT_EQUAL(record_identify(jpeg, 0, "IMAGE/PNG; x=1", 14, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_PNG);
+        CU_ASSERT(record_is_encoded(RECORD_JPEG) && record_is_encoded(RECORD_PNG) && !record_is_encoded(RECORD_RGB8));
+        /* Two bytes of JPEG magic are not enough. */
+        CU_ASSERT_EQUAL(record_identify(jpeg, 2, NULL, 0, &f, &code, &err), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
+}
+
 int test_record_register(void) {
         static CU_TestInfo tests[] = {
                 { "sniffs_by_size", test_record_sniffs_by_size },
                 { "uses_content_type", test_record_uses_content_type },
                 { "refuses_encoded_images", test_record_refuses_encoded_images },
+                { "identifies_encoded_images", test_record_identifies_encoded_images },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("record", tests);

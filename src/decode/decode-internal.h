@@ -1,0 +1,40 @@
+/* decode-internal: what decode.c shares with its two format readers
+ * (decode_jpeg.c, decode_png.c). Not a public interface. */
+#ifndef INFERD_DECODE_INTERNAL_H
+#define INFERD_DECODE_INTERNAL_H
+
+#include "decode/decode.h"
+#include "decode/resize.h"
+
+struct decode {
+        uint64_t max_pixels;
+        size_t max_bytes;
+        plan_decode_terms_t terms;      /* what was allocated, and why */
+        uint8_t *pixels;                /* terms.pixel_bytes: the decoded image */
+        uint8_t *input;                 /* terms.input_bytes, or NULL */
+        void *jpeg;                     /* a TurboJPEG decompressor (tjhandle), made once */
+        resize_scratch_t scratch;       /* carved from one block of terms.resize_bytes */
+        void *scratch_block;
+};
+
+/* A decoded image in d->pixels, ready for resize_crop. */
+typedef struct decode_image {
+        uint32_t width, height;
+        int channels;                   /* 1 or 3 */
+} decode_image_t;
+
+/* Each reads the header into *info, checks it with decode_check_geometry,
+ * decodes into d->pixels and converts to grey or RGB8 in place. Return 0 or
+ * -EINVAL with *code and err set. */
+int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
+                const char **code, errbuf_t *err);
+int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
+               const char **code, errbuf_t *err);
+
+/* The checks on a header's geometry, before anything is allocated or
+ * decoded: zero or a side over 65535 is decode-failed, more than
+ * max_pixels is too-large. */
+int decode_check_geometry(const decode_t *d, const char *what, uint32_t w, uint32_t h, const char **code,
+                          errbuf_t *err);
+
+#endif

@@ -1,0 +1,73 @@
+/* decode: JPEG and PNG records to the 224x224 RGB8 record the engines take.
+ *
+ * JPEG goes through libjpeg-turbo's TurboJPEG API, PNG through libspng. The
+ * decoded image is converted to RGB as PIL's convert("RGB") does (alpha and
+ * transparency dropped; CMYK and YCCK inverted and converted with PIL's
+ * formula; 16-bit samples to their high byte, except 16-bit grey, which PIL
+ * opens as 32-bit integers and clamps to 255), then torchvision's eval
+ * geometry is applied (resize.h). EXIF orientation is ignored, as
+ * torchvision ignores it. The defaults are the accurate ones PIL uses: the
+ * ISLOW IDCT and fancy upsampling.
+ *
+ * A decode context owns every buffer it needs, sized by plan_decode_terms()
+ * for images of up to max_pixels and allocated once by decode_new; a record
+ * allocates nothing of ours (libjpeg and libspng keep their own per-image
+ * working memory, which the plan bounds). One context serves one thread at
+ * a time.
+ *
+ * Every refusal is -EINVAL with a DLQ code (RECORD_ERR_*) and a sentence:
+ *   too-large      more than max_bytes of input, or a header claiming more
+ *                  than max_pixels (refused before any pixel is decoded);
+ *   decode-failed  an empty, truncated or corrupt stream (the library's
+ *                  message; libjpeg's warnings, such as a premature end of
+ *                  data, count as failures, as they do in PIL), a zero
+ *                  width or height, or a side longer than 65535. */
+#ifndef INFERD_DECODE_H
+#define INFERD_DECODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/errbuf.h"
+#include "core/plan.h"
+#include "core/record.h"
+
+#define DECODE_DEFAULT_MAX_PIXELS 50000000ULL
+#define DECODE_DEFAULT_MAX_BYTES ((size_t)20 << 20)
+
+typedef struct decode decode_t;
+
+/* The default number of decode threads ([decode] threads = 0): the online
+ * cores minus one (one is left to the event loop and librdkafka), at least 1. */
+int decode_default_threads(void);
+
+/* A context for images of up to max_pixels pixels and max_bytes encoded
+ * bytes. With input_copy, it also owns a max_bytes buffer (decode_input)
+ * for callers that read files. Returns 0, -EINVAL (a limit of 0) or
+ * -ENOMEM. */
+int decode_new(decode_t **ret, uint64_t max_pixels, size_t max_bytes, bool input_copy, errbuf_t *err);
+
+/* NULL is a no-op. */
+void decode_free(decode_t *d);
+
+/* The max_bytes input buffer of a context made with input_copy, else NULL. */
+void *decode_input(decode_t *d);
+size_t decode_max_bytes(const decode_t *d);
+
+/* What a record's header says, without decoding its pixels. */
+typedef struct decode_info {
+        record_format_t format;         /* RECORD_JPEG or RECORD_PNG */
+        uint32_t width, height;
+        int channels;                   /* 1 grey, 3 colour, 4 CMYK (before conversion) */
+} decode_info_t;
+
+/* Decodes the JPEG or PNG record data (len bytes, format f) and writes its
+ * 224x224x3 RGB8 (HWC) into out. Fills *info when not NULL (also on a
+ * refusal, as far as the header was read). Returns 0, or -EINVAL with *code
+ * and err set (see above), or -E2BIG for an internal bound that the plan
+ * should have ruled out (code decode-failed). */
+int decode_record(decode_t *d, const void *data, size_t len, record_format_t f, uint8_t *out,
+                  decode_info_t *info, const char **code, errbuf_t *err);
+
+#endif

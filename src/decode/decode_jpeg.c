@@ -1,0 +1,82 @@
+/* decode_jpeg: a JPEG record into grey or RGB8 pixels, through TurboJPEG.
+ *
+ * The flags are PIL's choices: the accurate (ISLOW) IDCT and fancy
+ * upsampling, both TurboJPEG's defaults when decompressing, asked for
+ * explicitly so that no default can drift. Warnings stop the decode
+ * (TJFLAG_STOPONWARNING): a premature end of data is a failure, as in PIL.
+ * TJFLAG_LIMITSCANS refuses progressive files with absurd scan counts, a
+ * known way to make libjpeg spin. Not here: the resize (resize.c). */
+#include <errno.h>
+#include <turbojpeg.h>
+
+#include "decode/decode-internal.h"
+
+#define DECODE_JPEG_FLAGS (TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS)
+
+/* PIL reads every 4-component JPEG as CMYK in Adobe's inverted polarity
+ * ("CMYK;I": it inverts each sample), then converts to RGB as
+ * r = (255 - k) - (c * (255 - k)) / 255, its division by 255 rounded as
+ * ((t + 128) + ((t + 128) >> 8)) >> 8. After the inversion 255 - k is the
+ * stored K, and c is 255 - the stored C. In place: each 4-byte pixel
+ * becomes a 3-byte one at or before it. */
+static void decode_cmyk_to_rgb(uint8_t *p, size_t n_pixels) {
+        const uint8_t *in = p;
+        uint8_t *out = p;
+
+        for (size_t i = 0; i < n_pixels; i++, in += 4, out += 3) {
+                uint32_t nk = in[3];
+                uint8_t c[3] = { in[0], in[1], in[2] };
+
+                for (int j = 0; j < 3; j++) {
+                        uint32_t t = (255u - c[j]) * nk + 128;
+
+                        out[j] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+                }
+        }
+}
+
+/* A failed call can leave TurboJPEG's decompressor mid-stream (2.1's
+ * header reader does not abort it), and every later image on the handle
+ * then fails with the same message: the handle is replaced after any
+ * failure. Only refusals pay for it; a good image reuses the handle. */
+static int decode_jpeg_fail(decode_t *d, const char **code, errbuf_t *err) {
+        *code = RECORD_ERR_DECODE_FAILED;
+        errbuf_set(err, -EINVAL, "JPEG: %s", tjGetErrorStr2(d->jpeg));
+        tjDestroy(d->jpeg);
+        d->jpeg = tjInitDecompress();
+        return -EINVAL;
+}
+
+int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
+                const char **code, errbuf_t *err) {
+        int w = 0, h = 0, subsamp = -1, cs = -1, pf, r;
+
+        if (!d->jpeg && !(d->jpeg = tjInitDecompress())) {
+                *code = RECORD_ERR_DECODE_FAILED;
+                return errbuf_set(err, -EINVAL, "JPEG: cannot make a decompressor: %s", tjGetErrorStr2(NULL));
+        }
+        if (tjDecompressHeader3(d->jpeg, data, (unsigned long)len, &w, &h, &subsamp, &cs) < 0)
+                return decode_jpeg_fail(d, code, err);
+        /* A stream of tables alone (or one that ends before its frame
+         * header) is a success for TurboJPEG that sets nothing. */
+        if (w <= 0 || h <= 0) {
+                *code = RECORD_ERR_DECODE_FAILED;
+                return errbuf_set(err, -EINVAL, "JPEG: the stream has no frame header (no image)");
+        }
+        info->width = (uint32_t)w;
+        info->height = (uint32_t)h;
+        info->channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
+        r = decode_check_geometry(d, "JPEG", (uint32_t)w, (uint32_t)h, code, err);
+        if (r < 0)
+                return r;
+        pf = info->channels == 1 ? TJPF_GRAY : info->channels == 4 ? TJPF_CMYK : TJPF_RGB;
+        /* w * h * 4 <= max_pixels * 4 == the pixel buffer, checked above. */
+        if (tjDecompress2(d->jpeg, data, (unsigned long)len, d->pixels, w, 0, h, pf, DECODE_JPEG_FLAGS) < 0)
+                return decode_jpeg_fail(d, code, err);
+        if (info->channels == 4)
+                decode_cmyk_to_rgb(d->pixels, (size_t)w * h);
+        img->width = (uint32_t)w;
+        img->height = (uint32_t)h;
+        img->channels = info->channels == 1 ? 1 : 3;
+        return 0;
+}

@@ -1,0 +1,290 @@
+"""decode_golden: inferd's JPEG/PNG decoding and eval transform against torchvision.
+
+Driven by tests/decode/run, which fetches the photographs (Debian's
+python3-skimage, skimage/data/) and owns the temporary directory.
+
+The inputs are those photographs as shipped (three JPEGs, RGB/grey/palette/RGBA
+PNGs) and re-encoded with PIL in every mode inferd claims:
+  JPEG  baseline 4:4:4, 4:2:2, 4:2:0; progressive; greyscale; CMYK (PIL);
+        YCCK (TurboJPEG through ctypes, since PIL cannot write it)
+  PNG   RGB, RGBA, grey, grey+alpha, palette with and without tRNS, 1/2/4-bit
+        grey, 4-bit palette, 16-bit RGB / RGBA / grey / grey+alpha, and Adam7
+        interlaced (PIL writes neither 16-bit colour nor interlaced PNGs, so
+        those are assembled here with zlib, chunk by chunk)
+plus odd geometries: tall, narrow, smaller than 256 (upscaled), exactly 256,
+odd crop offsets, a panorama and a tiny image.
+
+Every input goes through one `inferd-run --rgb8 OUT --logits OUT` call. The
+checks, per image:
+  tensor   inferd's 224x224x3 record through ToTensor and Normalize against
+           torchvision's (PIL open, convert("RGB"), Resize(256),
+           CenterCrop(224), ToTensor, Normalize): within one grey level
+           everywhere, identical on at least 99% of the values;
+  logits   inferd-run's CPU fp32 logits against torchvision's ResNet-50 on
+           torchvision's tensor, with the seeded random model of tests/golden
+           (read back with its st_read): relative L2 <= 2e-3. The reference
+           runs in float32, not golden's float64: 45 images in float64 take
+           minutes on a small machine, and float32 differs from it by ~1e-5,
+           far inside the tolerance (the tolerance is about the input, the
+           tensor check above is the exact one).
+
+DECODE_BREAK=crop shifts the reference's crop by one pixel, to show that both
+checks fail on a one-pixel error.
+"""
+
+import ctypes
+import io
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "golden"))
+import golden  # noqa: E402  (the seeded model's seed, report())
+import st_read  # noqa: E402  (the exported weights, read back into torchvision's resnet50)
+
+TOL_LOGITS = 2e-3
+MIN_IDENTICAL = 0.99
+MEAN = np.array([0.485, 0.456, 0.406])
+STD = np.array([0.229, 0.224, 0.225])
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+
+
+def png_rows(a, depth):
+    """Serialised scanlines (filter byte 0) of a (h, w, c) array at this bit depth."""
+    h = a.shape[0]
+    out = []
+    for y in range(h):
+        row = a[y].reshape(-1)
+        if depth == 16:
+            b = row.astype(">u2").tobytes()
+        elif depth == 8:
+            b = row.astype(np.uint8).tobytes()
+        else:
+            per = 8 // depth
+            v = np.zeros(((row.size + per - 1) // per) * per, dtype=np.uint8)
+            v[:row.size] = row
+            v = v.reshape(-1, per)
+            b = np.zeros(v.shape[0], dtype=np.uint8)
+            for k in range(per):
+                b |= (v[:, k] << (8 - depth * (k + 1))).astype(np.uint8)
+            b = b.tobytes()
+        out.append(b"\x00" + b)
+    return b"".join(out)
+
+
+def png_bytes(a, depth, color_type, interlace=False, extra=b""):
+    """A PNG of samples a (h, w, c), assembled by hand."""
+    h, w = a.shape[:2]
+    if interlace:
+        raw = b"".join(png_rows(a[y0::dy, x0::dx], depth)
+                       for x0, y0, dx, dy in ADAM7 if a[y0::dy, x0::dx].size)
+    else:
+        raw = png_rows(a, depth)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 1 if interlace else 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra
+            + png_chunk(b"IDAT", zlib.compress(raw, 6)) + png_chunk(b"IEND", b""))
+
+
+def ycck_jpeg(cmyk_img):
+    """A YCCK JPEG: TurboJPEG turns packed CMYK into YCCK when it compresses."""
+    tj = ctypes.CDLL("libturbojpeg.so.0")
+    tj.tjInitCompress.restype = ctypes.c_void_p
+    h = tj.tjInitCompress()
+    w, hh = cmyk_img.size
+    # Adobe polarity, as PIL reads it back ("CMYK;I").
+    src = (255 - np.asarray(cmyk_img, dtype=np.uint8)).tobytes()
+    buf = ctypes.POINTER(ctypes.c_ubyte)()
+    size = ctypes.c_ulong(0)
+    TJPF_CMYK, TJSAMP_420 = 11, 2
+    r = tj.tjCompress2(ctypes.c_void_p(h), src, w, 0, hh, TJPF_CMYK, ctypes.byref(buf),
+                       ctypes.byref(size), TJSAMP_420, 90, 0)
+    if r != 0:
+        raise RuntimeError("tjCompress2 failed")
+    data = ctypes.string_at(buf, size.value)
+    tj.tjFree(buf)
+    tj.tjDestroy(ctypes.c_void_p(h))
+    return data
+
+
+def pil_bytes(img, fmt, **kw):
+    b = io.BytesIO()
+    img.save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def make_inputs(data, tmp):
+    """[(name, path)]: the photographs as shipped, and re-encoded."""
+    items = []
+
+    def add(name, blob):
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(blob)
+        items.append((name, path))
+
+    def ship(name):
+        with open(os.path.join(data, name), "rb") as f:
+            add("orig-" + name, f.read())
+
+    for n in ("rocket.jpg", "retina.jpg", "hubble_deep_field.jpg", "astronaut.png", "camera.png",
+              "horse.png", "green_palette.png", "coins.png"):
+        ship(n)
+    astro = Image.open(os.path.join(data, "astronaut.png")).convert("RGB")      # 512x512
+    chelsea = Image.open(os.path.join(data, "chelsea.png")).convert("RGB")      # 451x300
+    coffee = Image.open(os.path.join(data, "coffee.png")).convert("RGB")        # 600x400
+    moto = Image.open(os.path.join(data, "motorcycle_left.png")).convert("RGB")  # 741x500
+    camera = Image.open(os.path.join(data, "camera.png")).convert("L")          # 512x512
+
+    # JPEG modes.
+    for sub, tag in ((0, "444"), (1, "422"), (2, "420")):
+        add(f"chelsea-{tag}.jpg", pil_bytes(chelsea, "JPEG", quality=90, subsampling=sub))
+    add("coffee-420-q75.jpg", pil_bytes(coffee, "JPEG", quality=75, subsampling=2))
+    add("moto-progressive-420.jpg", pil_bytes(moto, "JPEG", quality=85, subsampling=2, progressive=True))
+    add("astro-progressive-444.jpg", pil_bytes(astro, "JPEG", quality=95, subsampling=0, progressive=True))
+    add("camera-grey.jpg", pil_bytes(camera, "JPEG", quality=90))
+    add("astro-grey-progressive.jpg", pil_bytes(astro.convert("L"), "JPEG", quality=80, progressive=True))
+    add("coffee-cmyk.jpg", pil_bytes(coffee.convert("CMYK"), "JPEG", quality=90))
+    add("chelsea-ycck.jpg", ycck_jpeg(chelsea.convert("CMYK")))
+
+    # PNG modes.
+    rgb = np.asarray(chelsea)
+    add("chelsea-rgb.png", pil_bytes(chelsea, "PNG"))
+    alpha = np.fromfunction(lambda y, x: (x * 255 // rgb.shape[1]), rgb.shape[:2]).astype(np.uint8)
+    add("chelsea-rgba.png", pil_bytes(Image.fromarray(np.dstack([rgb, alpha])), "PNG"))
+    add("camera-grey.png", pil_bytes(camera, "PNG"))
+    cam = np.asarray(camera)
+    add("camera-grey-alpha.png", pil_bytes(Image.fromarray(np.dstack([cam, 255 - cam]), "LA"), "PNG"))
+    pal = coffee.quantize(256)
+    add("coffee-palette.png", pil_bytes(pal, "PNG"))
+    add("coffee-palette-trns.png", pil_bytes(pal, "PNG", transparency=0))
+    add("coffee-palette-4bit.png", pil_bytes(coffee.quantize(16), "PNG"))
+    add("camera-1bit.png", pil_bytes(camera.convert("1"), "PNG"))
+    c = cam[:, :, None].astype(np.uint16)
+    add("camera-grey-2bit.png", png_bytes(c >> 6, 2, 0))
+    add("camera-grey-4bit.png", png_bytes(c >> 4, 4, 0))
+    noise = np.random.default_rng(5).integers(0, 256, size=rgb.shape, dtype=np.uint16)
+    m = np.asarray(moto).astype(np.uint16)
+    mn = np.random.default_rng(6).integers(0, 256, size=m.shape, dtype=np.uint16)
+    add("chelsea-rgb16.png", png_bytes(rgb.astype(np.uint16) * 256 + noise, 16, 2))
+    a16 = alpha[:, :, None].astype(np.uint16) * 257
+    add("chelsea-rgba16.png", png_bytes(np.dstack([rgb.astype(np.uint16) * 256 + noise, a16]), 16, 6))
+    # 16-bit grey: PIL clamps its 32-bit integers to 255, so a useful image
+    # keeps its samples low (a dark scan), and a few above 255 test the clamp.
+    g16 = (c // 2 + np.random.default_rng(8).integers(0, 2, size=c.shape)).astype(np.uint16)
+    g16[::37, ::41] = 4000
+    add("camera-grey16.png", png_bytes(g16, 16, 0))
+    add("camera-grey-alpha16.png", png_bytes(np.dstack([c * 256 + 77, 65535 - c * 256]), 16, 4))
+    add("moto-rgb-interlaced.png", png_bytes(np.asarray(moto), 8, 2, interlace=True))
+    add("moto-rgb16-interlaced.png", png_bytes(m * 256 + mn, 16, 2, interlace=True))
+    add("camera-grey-interlaced.png", png_bytes(cam[:, :, None], 8, 0, interlace=True))
+
+    # Geometry.
+    big = np.asarray(moto)
+    add("tall-300x741.png", pil_bytes(Image.fromarray(np.ascontiguousarray(big.transpose(1, 0, 2)[:, :300])), "PNG"))
+    add("narrow-40x500.jpg", pil_bytes(Image.fromarray(big[:, 300:340]), "JPEG", quality=92))
+    add("small-200x150.png", pil_bytes(chelsea.resize((200, 150)), "PNG"))
+    add("short-256x383.jpg", pil_bytes(chelsea.crop((0, 0, 383, 256)).transpose(Image.Transpose.ROTATE_90),
+                                        "JPEG", quality=90))
+    add("odd-257x391.png", pil_bytes(moto.crop((11, 7, 402, 264)), "PNG"))
+    add("odd-259x259.jpg", pil_bytes(moto.crop((100, 50, 359, 309)), "JPEG", quality=90, subsampling=2))
+    add("panorama-741x180.png", pil_bytes(moto.crop((0, 100, 741, 280)), "PNG"))
+    add("exact-224x224.png", pil_bytes(moto.crop((0, 0, 224, 224)), "PNG"))
+    add("tiny-7x5.png", pil_bytes(chelsea.resize((7, 5)), "PNG"))
+    add("wide-odd-crop-1001x300.jpg", pil_bytes(coffee.resize((1001, 300)), "JPEG", quality=90))
+    return items
+
+
+def torchvision_u8(path, shift=0):
+    """torchvision's eval transform up to the crop, as uint8 (224, 224, 3);
+    shift moves the crop that many pixels right (DECODE_BREAK)."""
+    img = Image.open(path).convert("RGB")
+    img = transforms.Resize(256)(img)
+    if shift:
+        w, h = img.size
+        left, top = int(round((w - 224) / 2.0)) + shift, int(round((h - 224) / 2.0))
+        return np.asarray(img.crop((left, top, left + 224, top + 224)), dtype=np.uint8)
+    img = transforms.CenterCrop(224)(img)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def torchvision_tensor(path, shift=0):
+    """(3, 224, 224) float64: ToTensor and Normalize as torchvision does them (float32)."""
+    u8 = torchvision_u8(path, shift)
+    t = transforms.Normalize(MEAN.tolist(), STD.tolist())(transforms.ToTensor()(Image.fromarray(u8)))
+    return t.double()
+
+
+def main():
+    inferd, exporter, data, tmp = sys.argv[1:5]
+    shift = 1 if os.environ.get("DECODE_BREAK") == "crop" else 0
+    try:
+        items = make_inputs(data, tmp)
+    except Exception as e:          # a broken generator is a failure, not a crash
+        golden.report(False, "decode/inputs", f"cannot make the inputs: {e!r}")
+        return 1
+    golden.report(True, "decode/inputs", f"{len(items)} images from {data}")
+
+    weights = os.path.join(tmp, "resnet50.safetensors")
+    r = subprocess.run([sys.executable, exporter, "--random", "--seed", str(golden.SEED_MODEL),
+                        "--out", weights], stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        golden.report(False, "decode/export", f"export-resnet50.py failed: {r.stderr.strip()[-300:]}")
+        return 1
+    n = len(items)
+    rgb8_path = os.path.join(tmp, "rgb8.u8")
+    logits_path = os.path.join(tmp, "logits.f32")
+    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8",
+           "--rgb8", rgb8_path, "--logits", logits_path] + [p for _, p in items]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    size_ok = (os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
+               and os.path.getsize(logits_path) == n * golden.CLASSES * 4)
+    golden.report(r.returncode == 0 and size_ok and len(r.stdout.splitlines()) == n, "decode/run",
+                  f"inferd-run over {n} images: exit {r.returncode}, {len(r.stdout.splitlines())} lines"
+                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    if not size_ok:
+        return 1
+    ours = np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3)
+    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES)
+
+    refs = []
+    for i, (name, path) in enumerate(items):
+        ref = torchvision_tensor(path, shift)                                   # (3, 224, 224)
+        refs.append((name, path, ref))
+        mine = transforms.Normalize(MEAN.tolist(), STD.tolist())(
+            transforms.ToTensor()(Image.fromarray(ours[i]))).double()
+        # In grey levels: Normalize divides x/255 by std.
+        levels = (mine - ref).abs().numpy() * (255.0 * STD[:, None, None])
+        worst = float(levels.max())
+        same = float((levels < 0.5).mean())
+        golden.report(worst <= 1.0 + 1e-3 and same >= MIN_IDENTICAL, f"decode/tensor/{name}",
+                      f"{Image.open(path).size[0]}x{Image.open(path).size[1]} {Image.open(path).mode}: "
+                      f"max {worst:.3f} grey levels, {100 * same:.3f}% identical "
+                      f"(want <= 1 and >= {100 * MIN_IDENTICAL:.0f}%)")
+
+    model = st_read.resnet50(weights).float()                                  # see the docstring
+    with torch.no_grad():
+        ref_logits = model(torch.stack([t.float() for _, _, t in refs])).double().numpy()
+    for i, (name, _, _) in enumerate(refs):
+        err = np.linalg.norm(logits[i] - ref_logits[i]) / np.linalg.norm(ref_logits[i])
+        golden.report(bool(err <= TOL_LOGITS), f"decode/logits/{name}",
+                      f"rel L2 {err:.2e} (tol {TOL_LOGITS:.0e})")
+    return 1 if golden.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+/* fuzz_decode: a libFuzzer target for the JPEG/PNG path: decode_record()
+ * (TurboJPEG or libspng, the colour conversions, the resize and crop).
+ *
+ * Each input is a record; its format comes from its magic bytes, as the
+ * daemon would sniff it (inputs with neither magic are tried as both). The
+ * limits are small (1 MP, 1 MiB) so that the search stays fast, and the
+ * checks are: a refusal is -EINVAL with one of the DLQ codes and a sentence;
+ * a success writes all of the 224x224x3 output (it is poisoned with a
+ * pattern first, and a success that leaves every byte of it untouched is a
+ * bug); after a refusal, the same context still decodes a good JPEG (a
+ * failed TurboJPEG call once left the handle broken for every later image);
+ * nothing crashes, leaks or trips ASan/UBSan in our code. The libraries
+ * themselves are not instrumented.
+ *
+ * Built with -DFUZZ_DECODE_GEN instead, it writes the seed corpus: images
+ * made with TurboJPEG and libspng's encoder in the modes inferd reads, so
+ * that no binary seeds live in git (tools/fuzz adds the small photographs of
+ * tests/decode's cache when it is there). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decode.h"
+
+#define FUZZ_MAX_PIXELS (1u << 20)
+#define FUZZ_MAX_BYTES ((size_t)1 << 20)
+
+#ifndef FUZZ_DECODE_GEN
+
+#include <turbojpeg.h>
+
+static decode_t *fuzz_decoder;
+static uint8_t *fuzz_good_jpeg;         /* a valid 40x30 JPEG, made at start */
+static unsigned long fuzz_good_len;
+
+static void fuzz_make_good(void) {
+        static uint8_t px[40 * 30 * 3];
+        tjhandle t = tjInitCompress();
+
+        for (size_t i = 0; i < sizeof(px); i++)
+                px[i] = (uint8_t)(i * 13);
+        if (!t || tjCompress2(t, px, 40, 0, 30, TJPF_RGB, &fuzz_good_jpeg, &fuzz_good_len, TJSAMP_420, 80, 0) != 0)
+                abort();
+        tjDestroy(t);
+}
+
+static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
+        static uint8_t out[224 * 224 * 3];
+        const char *code = NULL;
+        errbuf_t err = { "" };
+        size_t untouched = 0;
+        int r;
+
+        memset(out, 0xa5, sizeof(out));
+        r = decode_record(fuzz_decoder, data, size, f, out, NULL, &code, &err);
+        if (r == 0) {
+                for (size_t i = 0; i < sizeof(out); i++)
+                        untouched += out[i] == 0xa5;
+                if (untouched == sizeof(out))
+                        abort();
+                return;
+        }
+        if (r != -EINVAL && r != -E2BIG)
+                abort();
+        if (!code || !err.msg[0])
+                abort();
+        if (strcmp(code, RECORD_ERR_DECODE_FAILED) != 0 && strcmp(code, RECORD_ERR_TOO_LARGE) != 0)
+                abort();
+        if (decode_record(fuzz_decoder, fuzz_good_jpeg, fuzz_good_len, RECORD_JPEG, out, NULL, &code, &err) != 0)
+                abort();        /* a refusal broke the context */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        record_format_t f;
+        const char *code;
+        errbuf_t err;
+
+        if (!fuzz_decoder) {
+                if (decode_new(&fuzz_decoder, FUZZ_MAX_PIXELS, FUZZ_MAX_BYTES, false, &err) < 0)
+                        abort();
+                fuzz_make_good();
+        }
+        if (record_identify(data, size, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f))
+                fuzz_one(data, size, f);
+        else {
+                fuzz_one(data, size, RECORD_JPEG);
+                fuzz_one(data, size, RECORD_PNG);
+        }
+        return 0;
+}
+
+#else /* FUZZ_DECODE_GEN: the seed corpus */
+
+#include <spng.h>
+#include <turbojpeg.h>
+
+static const char *gen_dir;
+
+static void gen_write(const char *name, const void *p, size_t n) {
+        char path[4096];
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/seed-%s", gen_dir, name);
+        f = fopen(path, "wb");
+        if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+                perror(path);
+                exit(1);
+        }
+}
+
+static uint8_t *gen_pixels(int w, int h, int ch) {
+        uint8_t *p = malloc((size_t)w * h * ch * 2);
+
+        for (int i = 0; i < w * h * ch * 2; i++)
+                p[i] = (uint8_t)((i * 37) ^ (i / (w * ch) * 11));
+        return p;
+}
+
+static void gen_jpeg(const char *name, int w, int h, int pf, int ch, int samp, int flags) {
+        uint8_t *img = gen_pixels(w, h, ch), *buf = NULL;
+        unsigned long n = 0;
+        tjhandle t = tjInitCompress();
+
+        if (!t || tjCompress2(t, img, w, 0, h, pf, &buf, &n, samp, 80, flags) != 0) {
+                fprintf(stderr, "%s: %s\n", name, tjGetErrorStr2(t));
+                exit(1);
+        }
+        gen_write(name, buf, n);
+        tjFree(buf);
+        tjDestroy(t);
+        free(img);
+}
+
+static void gen_png(const char *name, int w, int h, int color_type, int depth, int ch) {
+        struct spng_ihdr ihdr = { .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = (uint8_t)depth,
+                                  .color_type = (uint8_t)color_type };
+        struct spng_plte plte = { .n_entries = 16 };
+        uint8_t *img = gen_pixels(w, h, ch), *out;
+        size_t row = ((size_t)w * ch * depth + 7) / 8, n;
+        spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
+        int e = 0;
+
+        for (int i = 0; i < 16; i++)
+                plte.entries[i] = (struct spng_plte_entry){ (uint8_t)(i * 16), (uint8_t)(255 - i * 16), 7, 255 };
+        if (color_type == SPNG_COLOR_TYPE_INDEXED)
+                for (size_t i = 0; i < row * h; i++)
+                        img[i] &= depth == 8 ? 0x0f : 0xff;
+        spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
+        spng_set_ihdr(c, &ihdr);
+        if (color_type == SPNG_COLOR_TYPE_INDEXED)
+                spng_set_plte(c, &plte);
+        if (spng_encode_image(c, img, row * h, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE) != 0) {
+                fprintf(stderr, "%s: cannot encode\n", name);
+                exit(1);
+        }
+        out = spng_get_png_buffer(c, &n, &e);
+        gen_write(name, out, n);
+        free(out);
+        spng_ctx_free(c);
+        free(img);
+}
+
+int main(int argc, char **argv) {
+        if (argc != 2) {
+                fprintf(stderr, "usage: fuzz-decode-gen DIR\n");
+                return 2;
+        }
+        gen_dir = argv[1];
+        gen_jpeg("rgb-420.jpg", 61, 37, TJPF_RGB, 3, TJSAMP_420, 0);
+        gen_jpeg("rgb-444.jpg", 40, 300, TJPF_RGB, 3, TJSAMP_444, 0);
+        gen_jpeg("rgb-422-progressive.jpg", 77, 19, TJPF_RGB, 3, TJSAMP_422, TJFLAG_PROGRESSIVE);
+        gen_jpeg("grey.jpg", 33, 33, TJPF_GRAY, 1, TJSAMP_GRAY, 0);
+        gen_jpeg("ycck.jpg", 50, 20, TJPF_CMYK, 4, TJSAMP_420, 0);
+        gen_png("rgb8.png", 40, 30, SPNG_COLOR_TYPE_TRUECOLOR, 8, 3);
+        gen_png("rgba16.png", 17, 300, SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 16, 4);
+        gen_png("grey16.png", 260, 9, SPNG_COLOR_TYPE_GRAYSCALE, 16, 1);
+        gen_png("grey2.png", 31, 31, SPNG_COLOR_TYPE_GRAYSCALE, 2, 1);
+        gen_png("grey-alpha8.png", 25, 25, SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 8, 2);
+        gen_png("palette4.png", 45, 12, SPNG_COLOR_TYPE_INDEXED, 4, 1);
+        gen_png("palette8.png", 12, 45, SPNG_COLOR_TYPE_INDEXED, 8, 1);
+        return 0;
+}
+
+#endif

@@ -1,0 +1,112 @@
+/* Unit tests of decode_pool_: jobs go out to the threads and come back
+ * through the eventfd, good and bad alike, each with its own result; a full
+ * pool says -EAGAIN; freeing a busy pool is clean. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "decode/decode.h"
+#include "decode/pool.h"
+#include "unit.h"
+
+static uint8_t *pool_jpeg(int w, int h, size_t *len) {
+        uint8_t *img = malloc((size_t)w * h * 3), *buf = NULL, *out;
+        unsigned long n = 0;
+        tjhandle t = tjInitCompress();
+
+        for (int i = 0; i < w * h * 3; i++)
+                img[i] = (uint8_t)(i * 7);
+        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, 85, 0) == 0);
+        out = malloc(n);
+        memcpy(out, buf, n);
+        tjFree(buf);
+        tjDestroy(t);
+        free(img);
+        *len = n;
+        return out;
+}
+
+static void test_decode_pool_round_trip(void) {
+        enum { N = 24 };
+        static uint8_t outs[N][224 * 224 * 3];
+        static const uint8_t garbage[64] = { 0xff, 0xd8, 0xff, 0x01, 0x02 };
+        decode_job_t jobs[N];
+        decode_pool_t *p = NULL;
+        int seen[N] = { 0 }, reaped = 0, good = 0, bad = 0;
+        size_t len;
+        uint8_t *jpeg = pool_jpeg(320, 240, &len);
+        errbuf_t err;
+
+        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 2, 1000000, 1 << 20, N, &err), 0);
+        CU_ASSERT(decode_pool_fd(p) >= 0);
+        CU_ASSERT_PTR_NULL(decode_pool_reap(p));
+        for (int i = 0; i < N; i++) {
+                jobs[i] = (decode_job_t){ .data = i % 3 == 2 ? (const void *)garbage : jpeg,
+                                          .len = i % 3 == 2 ? sizeof(garbage) : len,
+                                          .format = RECORD_JPEG, .out = outs[i], .userdata = &seen[i] };
+                memset(outs[i], 0, sizeof(outs[i]));
+                CU_ASSERT_EQUAL(decode_pool_submit(p, &jobs[i]), 0);
+        }
+        CU_ASSERT_TRUE(decode_pool_full(p));
+        CU_ASSERT_EQUAL(decode_pool_submit(p, &jobs[0]), -EAGAIN);
+        while (reaped < N) {
+                struct pollfd pfd = { .fd = decode_pool_fd(p), .events = POLLIN };
+                decode_job_t *j;
+
+                CU_ASSERT_FATAL(poll(&pfd, 1, 30000) == 1);
+                while ((j = decode_pool_reap(p))) {
+                        int i = (int)(j - jobs);
+
+                        CU_ASSERT(j->userdata == &seen[i]);
+                        seen[i]++;
+                        reaped++;
+                        if (i % 3 == 2) {
+                                bad++;
+                                CU_ASSERT_EQUAL(j->r, -EINVAL);
+                                CU_ASSERT(j->code && strcmp(j->code, RECORD_ERR_DECODE_FAILED) == 0);
+                                CU_ASSERT(strncmp(j->err.msg, "JPEG: ", 6) == 0);
+                        } else {
+                                good++;
+                                CU_ASSERT_EQUAL(j->r, 0);
+                                CU_ASSERT(memcmp(outs[i], outs[0], sizeof(outs[0])) == 0 || i == 0);
+                        }
+                }
+        }
+        for (int i = 0; i < N; i++)
+                CU_ASSERT_EQUAL(seen[i], 1);
+        CU_ASSERT_EQUAL(good, 16);
+        CU_ASSERT_EQUAL(bad, 8);
+        CU_ASSERT_EQUAL(decode_pool_pending(p), 0);
+        /* The fd is quiet once everything is reaped. */
+        {
+                struct pollfd pfd = { .fd = decode_pool_fd(p), .events = POLLIN };
+
+                CU_ASSERT_EQUAL(poll(&pfd, 1, 0), 0);
+        }
+        /* A busy pool frees cleanly: queued jobs are dropped. */
+        for (int i = 0; i < N; i++)
+                CU_ASSERT_EQUAL(decode_pool_submit(p, &jobs[i % 3 == 2 ? 0 : i]), 0);
+        decode_pool_free(p);
+        free(jpeg);
+}
+
+static void test_decode_pool_rejects_bad_arguments(void) {
+        decode_pool_t *p = NULL;
+        errbuf_t err;
+
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 0, 1000, 1000, 4, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 1000, 1000, 0, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 0, 1000, 4, &err), -EINVAL);
+        decode_pool_free(NULL);
+}
+
+int test_decode_pool_register(void) {
+        static CU_TestInfo tests[] = {
+                { "round_trip", test_decode_pool_round_trip },
+                { "rejects_bad_arguments", test_decode_pool_rejects_bad_arguments },
+                CU_TEST_INFO_NULL,
+        };
+        return unit_add_suite("decode_pool", tests);
+}
