@@ -40,9 +40,12 @@ kt_broker() {
         KT_PIDS="$KT_PIDS $KT_BROKER_PID"
         # Hold the fifo open for writing so that the broker never sees EOF.
         exec 7>"$KT_DIR/broker.in"
-        for _ in $(seq 50); do
+        # Up to 30 s: on a loaded 2-core machine (right after the real
+        # cluster's JVMs exit, say) 5 s was seen not to be enough.
+        for _ in $(seq 300); do
                 KT_BROKERS=$(head -n1 "$KT_DIR/broker.out" 2>/dev/null)
                 [ -n "$KT_BROKERS" ] && return 0
+                kill -0 "$KT_BROKER_PID" 2>/dev/null || break
                 sleep 0.1
         done
         return 1
