@@ -20,6 +20,8 @@ typedef struct pipebench {
         int done_head, done_len;
 } pipebench_t;
 
+static void pipebench_ops_close(engine_t *e);
+
 static int pipebench_ops_open(engine_t *e, errbuf_t *err) {
         pipebench_t *p = calloc(1, sizeof(*p));
         size_t records;
@@ -37,17 +39,11 @@ static int pipebench_ops_open(engine_t *e, errbuf_t *err) {
         p->logits = calloc(records * MODEL_CLASSES, sizeof(float));
         p->topk = calloc(records * (size_t)p->top_k, sizeof(engine_topk_t));
         p->done = calloc((size_t)p->depth, sizeof(int));
+        e->impl = p;
         if (p->efd < 0 || !p->input || !p->logits || !p->topk || !p->done) {
-                if (p->efd >= 0)
-                        close(p->efd);
-                free(p->input);
-                free(p->logits);
-                free(p->topk);
-                free(p->done);
-                free(p);
+                pipebench_ops_close(e);
                 return errbuf_set(err, -ENOMEM, "out of memory for the pipeline benchmark's slots");
         }
-        e->impl = p;
         return 0;
 }
 
@@ -56,7 +52,8 @@ static void pipebench_ops_close(engine_t *e) {
 
         if (!p)
                 return;
-        close(p->efd);
+        if (p->efd >= 0)
+                close(p->efd);
         free(p->input);
         free(p->logits);
         free(p->topk);
