@@ -32,6 +32,7 @@ typedef enum cfg_type {
         CFG_T_PRECISION,
         CFG_T_BOOL,             /* yes or no */
         CFG_T_DELIVERY,         /* at-least-once or exactly-once */
+        CFG_T_LISTEN,           /* host:port, or "" for off */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -105,8 +106,15 @@ static const cfg_key_t cfg_keys[] = {
         { "batching", "max_delay_ms", CFG_T_INT, "5", 0, 10000, true, false, F(batching.max_delay_ms),
           "A partial batch is submitted after this long." },
 
+        { "batching", "max_images_per_s", CFG_T_INT, "0", 0, 10000000, true, false, F(batching.max_images_per_s),
+          "Throughput cap (a token bucket before batch submission; fetching pauses at the cap); 0 = no cap." },
+
         { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
           "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
+
+        { "metrics", "listen", CFG_T_LISTEN, "127.0.0.1:9464", 0, 0, false, false, F(metrics.listen),
+          "Address of the HTTP endpoint (GET /metrics, /healthz), host:port; empty turns it off. Two "
+          "instances on one host need different ports (blue 9464, green 9465)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
           "JPEG/PNG decode threads; 0 means the cores minus one, at least 1. Each owns buffers for max_pixels." },
@@ -119,7 +127,7 @@ static const cfg_key_t cfg_keys[] = {
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
 static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
-                                             "decode" };
+                                             "metrics", "decode" };
 #define CFG_SECTION_CONSUMER "kafka.consumer"
 #define CFG_SECTION_PRODUCER "kafka.producer"
 
@@ -178,6 +186,7 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_PRECISION: return "precision";
         case CFG_T_BOOL: return "yes or no";
         case CFG_T_DELIVERY: return "delivery";
+        case CFG_T_LISTEN: return "address";
         }
         return "?";
 }
@@ -224,6 +233,24 @@ static bool cfg_topic_valid(const char *s) {
                 if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
                         return false;
         return true;
+}
+
+/* host:port with a non-empty host (an IPv6 one in brackets) and a port in
+ * 1..65535. Whether the host resolves is the metrics server's question. */
+static bool cfg_listen_valid(const char *v) {
+        const char *colon = strrchr(v, ':');
+        char *end;
+        long port;
+
+        if (!colon || colon == v || !colon[1])
+                return false;
+        if (v[0] == '[' ? colon[-1] != ']' || colon - v < 3 : memchr(v, ']', colon - v) != NULL)
+                return false;
+        if (v[0] != '[' && memchr(v, ':', colon - v))
+                return false;           /* a bare IPv6 address: ambiguous without brackets */
+        errno = 0;
+        port = strtol(colon + 1, &end, 10);
+        return !errno && !*end && colon[1] != '-' && colon[1] != '+' && port >= 1 && port <= 65535;
 }
 
 /* Parses v as key k into c. On error, writes the sentence after
@@ -331,6 +358,17 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                         return errbuf_set(err, -EINVAL, "'%s' is not yes or no", v);
                 return 0;
 
+        case CFG_T_LISTEN:
+                if (strlen(v) >= k->size)
+                        return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
+                                          k->size - 1);
+                if (*v && !cfg_listen_valid(v))
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not host:port (port 1..65535, an IPv6 host in brackets), "
+                                          "or empty for off", v);
+                strcpy(field, v);
+                return 0;
+
         case CFG_T_DELIVERY:
                 if (strcmp(v, "at-least-once") == 0)
                         *(cfg_delivery_t *)field = CFG_DELIVERY_AT_LEAST_ONCE;
@@ -353,6 +391,7 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
         case CFG_T_TOPIC:
         case CFG_T_PATH:
         case CFG_T_BUDGET:
+        case CFG_T_LISTEN:
                 return field;
         case CFG_T_INT:
                 snprintf(buf, len, "%d", *(const int *)field);
@@ -686,6 +725,8 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return "non-empty";
         case CFG_T_PATH:
                 return k->optional ? "file, or empty" : "file";
+        case CFG_T_LISTEN:
+                return "host:port, or empty";
         }
         return "";
 }

@@ -98,11 +98,16 @@ typedef struct cfg {
 
         struct {
                 int max_delay_ms;       /* 0..10000 */
+                int max_images_per_s;   /* 0 = no cap */
         } batching;
 
         struct {
                 int timeout_s;          /* 1..3600 */
         } drain;
+
+        struct {
+                char listen[256];       /* host:port; "" = no metrics endpoint */
+        } metrics;
 
         struct {
                 int threads;            /* 0..256; 0 = the cores minus one, at least 1 (decode_default_threads) */

@@ -92,7 +92,9 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_EQUAL(c->memory.host_budget_bytes, 2ULL << 30);
         CU_ASSERT_EQUAL(c->memory.max_batch, 256);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 5);
+        CU_ASSERT_EQUAL(c->batching.max_images_per_s, 0);
         CU_ASSERT_EQUAL(c->drain.timeout_s, 30);
+        CU_ASSERT_STRING_EQUAL(c->metrics.listen, "127.0.0.1:9464");
         cfg_free(c);
         cfg_free(NULL);
 }
@@ -108,7 +110,8 @@ static void test_cfg_values_set(void) {
                                         "[model]\nweights = \"/w w.safetensors\"\nlabels = /l.txt\nprecision = bf16\n"
                                         "[engine]\nbackend = cpu\ndevice = 3\n"
                                         "[memory]\ngpu_budget = 1.5GiB\nhost_budget = 512MiB\nmax_batch = 64\n"
-                                        "[batching]\nmax_delay_ms = 0\n[drain]\ntimeout_s = 7\n",
+                                        "[batching]\nmax_delay_ms = 0\nmax_images_per_s = 250\n"
+                                        "[drain]\ntimeout_s = 7\n[metrics]\nlisten = [::1]:9465\n",
                                         &c, &err), 0);
         CU_ASSERT_STRING_EQUAL(c->service.instance, "blue");
         CU_ASSERT_EQUAL(c->service.log_level, LOG_DEBUG);
@@ -130,7 +133,14 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_EQUAL(c->memory.host_budget_bytes, 512ULL << 20);
         CU_ASSERT_EQUAL(c->memory.max_batch, 64);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 0);
+        CU_ASSERT_EQUAL(c->batching.max_images_per_s, 250);
         CU_ASSERT_EQUAL(c->drain.timeout_s, 7);
+        CU_ASSERT_STRING_EQUAL(c->metrics.listen, "[::1]:9465");
+        cfg_free(c);
+
+        /* An empty listen turns the endpoint off. */
+        CU_ASSERT_EQUAL_FATAL(load_one("metrics", "listen", "", &c, &err), 0);
+        CU_ASSERT_STRING_EQUAL(c->metrics.listen, "");
         cfg_free(c);
 }
 
@@ -281,6 +291,15 @@ static void test_cfg_bad_values(void) {
                 { "memory", "host_budget", "50%", "is not a size" },
                 { "memory", "gpu_budget", "seventy", "is not a size or a percentage" },
                 { "memory", "gpu_budget", "", "is not a size or a percentage" },
+                { "batching", "max_images_per_s", "-5", "is not in" },
+                { "metrics", "listen", "9464", "is not host:port" },
+                { "metrics", "listen", "localhost:", "is not host:port" },
+                { "metrics", "listen", ":9464", "is not host:port" },
+                { "metrics", "listen", "localhost:0", "is not host:port" },
+                { "metrics", "listen", "localhost:65536", "is not host:port" },
+                { "metrics", "listen", "localhost:http", "is not host:port" },
+                { "metrics", "listen", "::1:9464", "is not host:port" },
+                { "metrics", "listen", "[::1:9464", "is not host:port" },
         };
 
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -509,7 +528,8 @@ static const char *const design_keys[][2] = {
         { "model", "weights" }, { "model", "labels" }, { "model", "precision" },
         { "engine", "backend" }, { "engine", "device" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },
-        { "batching", "max_delay_ms" }, { "drain", "timeout_s" },
+        { "batching", "max_delay_ms" }, { "batching", "max_images_per_s" }, { "drain", "timeout_s" },
+        { "metrics", "listen" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
