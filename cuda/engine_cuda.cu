@@ -98,6 +98,44 @@ extern "C" int engine_cuda_probe(int device, uint64_t *total_bytes, char *why, s
         return n;
 }
 
+/* For devinfo (src/engine/devinfo.c): the bus id that NVML looks the device
+ * up by, read without a context. */
+extern "C" int engine_cuda_pci_bus_id(int device, char *buf, size_t len, errbuf_t *err) {
+        cudaError_t c = cudaDeviceGetPCIBusId(buf, (int)len, device);
+
+        if (c != cudaSuccess) {
+                (void)cudaGetLastError();
+                return errbuf_set(err, -ENODEV, "cannot read the PCI bus id of CUDA device %d (CUDA error %d: %s)", device,
+                                  (int)c, cudaGetErrorString(c));
+        }
+        return 0;
+}
+
+/* devinfo's fallback without NVML. cudaMemGetInfo needs the primary
+ * context, so this creates it: its own memory is then no longer "free". The
+ * process exits soon after (inferd --device-info), which releases it. */
+extern "C" int engine_cuda_device_memory(int device, char *name, size_t name_len, uint64_t *total_bytes,
+                                         uint64_t *free_bytes, errbuf_t *err) {
+        struct cudaDeviceProp prop;
+        size_t free_b = 0, total_b = 0;
+        cudaError_t c;
+
+        c = cudaGetDeviceProperties(&prop, device);
+        if (c == cudaSuccess)
+                c = cudaSetDevice(device);
+        if (c == cudaSuccess)
+                c = cudaMemGetInfo(&free_b, &total_b);
+        if (c != cudaSuccess) {
+                (void)cudaGetLastError();
+                return errbuf_set(err, -EIO, "cannot measure CUDA device %d's memory (CUDA error %d: %s)", device, (int)c,
+                                  cudaGetErrorString(c));
+        }
+        snprintf(name, name_len, "%s", prop.name);
+        *total_bytes = total_b;
+        *free_bytes = free_b;
+        return 0;
+}
+
 /* --- teardown ------------------------------------------------------------- */
 
 static void cuda_engine_destroy(cuda_engine_t *ce) {

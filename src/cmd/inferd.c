@@ -3,6 +3,14 @@
  *   inferd [-c FILE]                  run (default /etc/inferd/inferd.ini)
  *   inferd --check-config [-c FILE]   validate the file; exit 0 or 1 with the reason
  *   inferd --plan [--json] [-c FILE]  print the memory plan the config gives
+ *   inferd --device-info [--json] [-c FILE]
+ *                                     the engine's device: name, total, free
+ *                                     memory, read without allocating
+ *   inferd --print-config [-c FILE]   the config as loaded, every default
+ *                                     filled in (for inferd-cutover's checks)
+ *   inferd --topic-partitions [-c FILE]
+ *                                     the input topic's partition count, asked
+ *                                     of the brokers with the consumer's settings
  *   inferd --bench-pipeline [-c FILE] the pipeline benchmark: the daemon with the
  *                                     model's compute left out (tools/bench-pipeline)
  *   inferd --version                  the version (the VERSION file, through the Makefile)
@@ -22,6 +30,7 @@
 #include <unistd.h>
 
 #include "daemon/cfg.h"
+#include "engine/devinfo.h"
 #include "daemon/daemon.h"
 #include "core/errbuf.h"
 #include "daemon/log.h"
@@ -34,6 +43,9 @@ static void usage(FILE *f) {
         fprintf(f, "Usage: inferd [-c FILE]\n"
                    "       inferd --check-config [-c FILE]\n"
                    "       inferd --plan [--json] [-c FILE]\n"
+                   "       inferd --device-info [--json] [-c FILE]\n"
+                   "       inferd --print-config [-c FILE]\n"
+                   "       inferd --topic-partitions [-c FILE]\n"
                    "       inferd --bench-pipeline [-c FILE]   (a benchmark: the model is not run)\n"
                    "       inferd --print-config-reference     (every config key, as markdown)\n"
                    "       inferd --version\n"
@@ -68,6 +80,88 @@ static int check_config(const char *path, cfg_t **ret, errbuf_t *err) {
         return 0;
 }
 
+/* --device-info: the device the config's engine would run on (without -c:
+ * backend auto, device 0, and no config is read, so that an operator can
+ * ask about the card before writing one). No allocation: see devinfo.h. */
+static int device_info(const char *path, bool json) {
+        backend_t backend = BACKEND_AUTO;
+        errbuf_t err = {};
+        devinfo_t info;
+        int device = 0, r;
+
+        if (path) {
+                cfg_t *c = NULL;
+
+                r = cfg_load(&c, path, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd: %s\n", err.msg);
+                        return 1;
+                }
+                backend = c->engine.backend;
+                device = c->engine.device;
+                cfg_free(c);
+        }
+        r = devinfo_query(backend, device, &info, &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd: %s\n", err.msg);
+                return 1;
+        }
+        r = json ? devinfo_write_json(&info, stdout) : devinfo_write_text(&info, stdout);
+        return r < 0 ? 1 : 0;
+}
+
+/* --topic-partitions: asks the brokers for the input topic's metadata, with
+ * the consumer's passthrough settings (security included), so that
+ * inferd-cutover can tell whether one instance holds every partition. The
+ * handle never subscribes, so it joins no group. */
+static int topic_partitions(const cfg_t *c) {
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_topic_t *t = NULL;
+        rd_kafka_conf_t *conf;
+        rd_kafka_resp_err_t e;
+        errbuf_t err = {};
+        char why[512];
+        rd_kafka_t *rk;
+        int n = -1;
+
+        conf = rd_kafka_conf_new();
+        if (!conf)
+                return 1;
+        if (cfg_kafka_apply(c, 0, conf, &err) < 0 ||
+            rd_kafka_conf_set(conf, "bootstrap.servers", c->kafka.brokers, why, sizeof(why)) != RD_KAFKA_CONF_OK) {
+                fprintf(stderr, "inferd: %s\n", err.msg[0] ? err.msg : why);
+                rd_kafka_conf_destroy(conf);
+                return 1;
+        }
+        rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why));
+        if (!rk) {
+                fprintf(stderr, "inferd: Failed to create a Kafka client: %s\n", why);
+                rd_kafka_conf_destroy(conf);
+                return 1;
+        }
+        /* conf belongs to rk now. */
+        t = rd_kafka_topic_new(rk, c->kafka.input_topic, NULL);
+        e = t ? rd_kafka_metadata(rk, 0, t, &md, 10000) : rd_kafka_last_error();
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+                fprintf(stderr, "inferd: Failed to read the metadata of '%s' from %s: %s\n", c->kafka.input_topic,
+                        c->kafka.brokers, rd_kafka_err2str(e));
+        else if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+                fprintf(stderr, "inferd: Failed to read the metadata of '%s' from %s: %s\n", c->kafka.input_topic,
+                        c->kafka.brokers,
+                        md->topic_cnt == 1 ? rd_kafka_err2str(md->topics[0].err) : "the topic is not in the answer");
+        else
+                n = md->topics[0].partition_cnt;
+        if (md)
+                rd_kafka_metadata_destroy(md);
+        if (t)
+                rd_kafka_topic_destroy(t);
+        rd_kafka_destroy(rk);
+        if (n < 0)
+                return 1;
+        printf("%d\n", n);
+        return 0;
+}
+
 /* Every thread must block SIGTERM, SIGINT and SIGHUP, or the kernel may hand
  * one to a thread that does not, whose default action ends the process
  * before the signalfd sees it. OpenBLAS starts its worker threads from a
@@ -98,12 +192,25 @@ static void block_signals_everywhere(char **argv) {
 }
 
 int main(int argc, char **argv) {
-        enum { ARG_CHECK = 0x100, ARG_PLAN, ARG_JSON, ARG_BENCH_PIPELINE, ARG_REFERENCE, ARG_VERSION };
+        enum {
+                ARG_CHECK = 0x100,
+                ARG_PLAN,
+                ARG_JSON,
+                ARG_BENCH_PIPELINE,
+                ARG_REFERENCE,
+                ARG_VERSION,
+                ARG_DEVICE_INFO,
+                ARG_PRINT_CONFIG,
+                ARG_TOPIC_PARTITIONS,
+        };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK },
                 { "plan", no_argument, NULL, ARG_PLAN },
                 { "json", no_argument, NULL, ARG_JSON },
+                { "device-info", no_argument, NULL, ARG_DEVICE_INFO },
+                { "print-config", no_argument, NULL, ARG_PRINT_CONFIG },
+                { "topic-partitions", no_argument, NULL, ARG_TOPIC_PARTITIONS },
                 { "bench-pipeline", no_argument, NULL, ARG_BENCH_PIPELINE },
                 { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -111,7 +218,8 @@ int main(int argc, char **argv) {
                 {},
         };
         const char *path = CFG_DEFAULT_PATH;
-        bool check = false, plan = false, json = false, bench_pipeline = false;
+        bool check = false, plan = false, json = false, bench_pipeline = false, device = false, print = false,
+             partitions = false, path_given = false;
         daemon_t *d = NULL;
         cfg_t *c = NULL;
         errbuf_t err = {};
@@ -121,6 +229,16 @@ int main(int argc, char **argv) {
                 switch (opt) {
                 case 'c':
                         path = optarg;
+                        path_given = true;
+                        break;
+                case ARG_DEVICE_INFO:
+                        device = true;
+                        break;
+                case ARG_PRINT_CONFIG:
+                        print = true;
+                        break;
+                case ARG_TOPIC_PARTITIONS:
+                        partitions = true;
                         break;
                 case ARG_CHECK:
                         check = true;
@@ -154,10 +272,13 @@ int main(int argc, char **argv) {
                 return 2;
         }
 
+        if (device)
+                return device_info(path_given ? path : NULL, json);
+
         log_setup(NULL, LOG_TARGET_AUTO);
         r = check_config(path, &c, &err);
         if (r < 0) {
-                if (check)
+                if (check || print || partitions)
                         fprintf(stderr, "inferd: %s\n", err.msg);
                 else
                         log_error("Failed to load the configuration: %s", err.msg);
@@ -167,6 +288,11 @@ int main(int argc, char **argv) {
                 printf("%s: OK\n", path);
                 cfg_free(c);
                 return 0;
+        }
+        if (print || partitions) {
+                r = print ? (cfg_write_ini(c, stdout) < 0 ? 1 : 0) : topic_partitions(c);
+                cfg_free(c);
+                return r;
         }
         if (plan) {
                 plan_t p;

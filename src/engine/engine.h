@@ -182,6 +182,14 @@ int engine_cuda_plan_terms(const model_t *m, const plan_request_t *req, int batc
  * memory of `device` when there is one. Never fails loudly: a reason for 0
  * goes to why. */
 int engine_cuda_probe(int device, uint64_t *total_bytes, char *why, size_t why_len);
+/* The PCI bus id of CUDA device `device` ("0000:19:00.0"), which names the
+ * same device to NVML; no context is created. -ENODEV with the reason. */
+int engine_cuda_pci_bus_id(int device, char *buf, size_t len, errbuf_t *err);
+/* The device's name and memory through cudaMemGetInfo. This creates the
+ * device's primary context (device memory of its own), so devinfo uses it
+ * only when NVML is absent. -ENODEV or -EIO with the reason. */
+int engine_cuda_device_memory(int device, char *name, size_t name_len, uint64_t *total_bytes, uint64_t *free_bytes,
+                              errbuf_t *err);
 /* Whether this build includes the CUDA engine. */
 extern const int engine_cuda_built;
 

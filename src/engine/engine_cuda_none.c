@@ -80,3 +80,20 @@ int engine_cuda_probe(int device, uint64_t *total_bytes, char *why, size_t why_l
                 snprintf(why, why_len, "%s", NONE_REASON);
         return 0;
 }
+
+int engine_cuda_pci_bus_id(int device, char *buf, size_t len, errbuf_t *err) {
+        (void)device;
+        if (buf && len > 0)
+                buf[0] = '\0';
+        return errbuf_set(err, -ENODEV, NONE_REASON);
+}
+
+int engine_cuda_device_memory(int device, char *name, size_t name_len, uint64_t *total_bytes, uint64_t *free_bytes,
+                              errbuf_t *err) {
+        (void)device;
+        if (name && name_len > 0)
+                name[0] = '\0';
+        *total_bytes = 0;
+        *free_bytes = 0;
+        return errbuf_set(err, -ENODEV, NONE_REASON);
+}
