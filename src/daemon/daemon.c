@@ -538,11 +538,14 @@ static void daemon_status(daemon_t *d, uint64_t t) {
                 return;
         daemon_stats(d, &st);
         nb = st.batches - d->status_last_batches;
+        /* The partition count is what inferd-cutover reads (systemctl show
+         * -p StatusText) to see that an instance holds every partition. */
         sd_notifyf(0, "STATUS=%.1f records/s, batch %.1f, %d/%d slots busy, %zu deliveries awaited, %" PRIu64
-                      " records, %" PRIu64 " to the DLQ",
+                      " records, %" PRIu64 " to the DLQ, %d partition(s) assigned",
                    (double)(d->delivered - d->status_last_delivered) / secs,
                    nb ? (double)(st.batch_records - d->status_last_batch_records) / (double)nb : 0.0,
-                   st.slots_in_flight, st.slots, batch_offsets_pending(d->offsets), st.records_in, st.dlq_out);
+                   st.slots_in_flight, st.slots, batch_offsets_pending(d->offsets), st.records_in, st.dlq_out,
+                   kafka_assigned_count(d->kafka));
         d->status_last_us = t;
         d->status_last_delivered = d->delivered;
         d->status_last_batches = st.batches;
