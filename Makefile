@@ -144,6 +144,8 @@ DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
 
 PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
+# Installed beside the programs as they are (tools/inferd-cutover: POSIX shell).
+SCRIPTS  := tools/inferd-cutover
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
 .PHONY: all engine test unit demo fuzz deps clean install deb cuda-status cuda-gencode
@@ -237,7 +239,7 @@ DOCDIR      ?= $(PREFIX)/share/doc/inferd
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd \
 		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs
-	install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(PROGRAMS) $(SCRIPTS) $(DESTDIR)$(PREFIX)/bin/
 	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g; s|/usr/share/doc/inferd/|$(DOCDIR)/|g' \
 		systemd/inferd@.service >$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
 	install -m 0644 systemd/inferd.sysusers $(DESTDIR)$(SYSUSERSDIR)/inferd.conf
