@@ -269,7 +269,7 @@ static void gpu_fail_open(gpu_ctx_t *c, precision_t p, const char *why) {
 static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, precision_t p) {
         engine_options_t o;
         engine_t *e = NULL;
-        model_t *m = NULL;
+        model_t *m = NULL, *swapped = NULL;
         engine_cuda_debug_info_t info;
         errbuf_t err = { "" };
         char warning[256] = "", id[96];
@@ -351,8 +351,12 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         if (c->lost[0])
                 goto done;
         gpu_mem_steady_run(c, e, p);
+        if (c->lost[0])
+                goto done;
+        gpu_swap_run(c, e, p, &swapped);
 done:
         engine_free(e);
+        model_free(swapped);
         model_free(m);
 }
 
