@@ -850,6 +850,14 @@ static void daemon_reload(daemon_t *d) {
         for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
                 const cfg_change_t *c = &changes[i];
 
+                if (!strcmp(c->section, "model") && !strcmp(c->key, "precision") && d->engine &&
+                    !strcmp(engine_backend(d->engine), "cpu")) {
+                        /* Nothing to swap for it: the CPU engine computes in fp32. */
+                        d->cfg->model.precision = next->model.precision;
+                        log_info("Reload: [model] precision applied (the CPU engine computes in fp32 whatever it "
+                                 "says)");
+                        continue;
+                }
                 if (daemon_is_swap_key(c)) {
                         /* Taken together, after the live keys: a model swap. */
                         log_info("Reload: [%s] %s changed: swapping the model in place", c->section, c->key);
