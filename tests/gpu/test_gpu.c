@@ -13,7 +13,7 @@
  * reports these tests as skipped, never as passed. Otherwise, for each
  * precision (fp32, fp16, bf16), it opens the CUDA engine on the weights and
  * runs the layer, whole-network and memory checks of gpu_layers.c and
- * gpu_net.c, one line each. The exit status is 1 when any check failed.
+ * gpu_net.c, then the model swap in place (gpu_net.c), one line each. The exit status is 1 when any check failed.
  * A sticky CUDA error (the engine reports its context lost) stops the run:
  * "# device context lost after <id>: <why>" is printed, and every check not
  * yet run is reported "SKIP <id>: device context lost after <id>: ...",
