@@ -4,7 +4,9 @@
  * the plan's arena in one cudaMalloc and its pinned staging in one
  * cudaHostAlloc, upload the folded weights once in the precision, capture
  * one CUDA graph per (slot, batch bucket), run each once, and drop the
- * model's host weights so one weight set stays resident. submit/reap move a
+ * model's host weights so one weight set stays resident. swap replaces that
+ * set in the same arena (a reload with new weights, precision or budget).
+ * submit/reap move a
  * slot through copy-in, graph, copy-out and a host callback that writes the
  * completion eventfd (the stream scheme is described in engine_cuda_impl.h).
  * Nothing is allocated on the device after open.
@@ -295,6 +297,18 @@ fail:
         return r;
 }
 
+/* The bias types to try and the residual mode, from the precision and the
+ * environment (open step 5; a model swap chooses again for its precision). */
+static void choose_modes(cuda_engine_t *ce, const model_t *m) {
+        const char *bias_env = getenv("INFERD_CUDA_BIAS");
+        const char *res_env = getenv("INFERD_CUDA_RESIDUAL");
+        int try_fp32 = ce->precision != PRECISION_FP32 && !(bias_env && strcmp(bias_env, "precision") == 0);
+
+        for (int i = 0; i < m->n_ops; i++)
+                ce->bias_fp32[i] = try_fp32 && m->ops[i].kind == MODEL_OP_CONV;
+        ce->residual_kernel = res_env && strcmp(res_env, "kernel") == 0;
+}
+
 /* One graph per (slot, bucket): the compute of cuda_forward() at the
  * bucket's batch, captured on the compute stream, instantiated, uploaded,
  * and run once on the zeroed staging (all formats RECORD_UNKNOWN: zeros in,
@@ -483,6 +497,9 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
                  units_format_size(ce->L.pinned_host_bytes, sz, sizeof(sz)));
         CUDA_GOTO(cudaHostAlloc((void **)&ce->pinned, ce->L.pinned_host_bytes, cudaHostAllocDefault), what);
         memset(ce->pinned, 0, ce->L.pinned_host_bytes);
+        ce->arena_alloc_bytes = ce->L.arena_bytes;
+        ce->pinned_alloc_bytes = ce->L.pinned_host_bytes;
+        ce->graph_plan_bytes = plan.engine.graph_bytes;
         /* Zeroed staging means every format is RECORD_UNKNOWN until written. */
         CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->L.arena_bytes, ce->compute), "clearing the device arena");
         CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
@@ -492,15 +509,7 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
          *    precision skips the try). The residual mode: fused through C
          *    (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
          *    epilogue and cuda_add_relu, the fallback the GPU tests compare. */
-        {
-                const char *bias_env = getenv("INFERD_CUDA_BIAS");
-                const char *res_env = getenv("INFERD_CUDA_RESIDUAL");
-                int try_fp32 = ce->precision != PRECISION_FP32 && !(bias_env && strcmp(bias_env, "precision") == 0);
-
-                for (int i = 0; i < e->model->n_ops; i++)
-                        ce->bias_fp32[i] = try_fp32 && e->model->ops[i].kind == MODEL_OP_CONV;
-                ce->residual_kernel = res_env && strcmp(res_env, "kernel") == 0;
-        }
+        choose_modes(ce, e->model);
         r = upload_weights(ce, e->model, err);
         if (r < 0)
                 goto fail;
@@ -564,6 +573,115 @@ static void cuda_close(engine_t *e) {
         (void)cudaSetDevice(e->device);
         cuda_engine_destroy((cuda_engine_t *)e->impl);
         e->impl = NULL;
+}
+
+/* --- a model swap in place (engine_swap) ------------------------------------ */
+
+/* The arena layout plan gives for next, and whether it fits what open
+ * allocated: the device arena and the pinned staging (nothing is allocated
+ * after open), and the graphs' term (they are captured again). */
+static int swap_layout(const engine_t *e, const model_t *next, const plan_t *plan, engine_cuda_layout_t *L,
+                       errbuf_t *err) {
+        const cuda_engine_t *ce = (const cuda_engine_t *)e->impl;
+        char a[32], b[32];
+        int r;
+
+        r = engine_cuda_layout_of_plan(next, plan, L);
+        if (r < 0)
+                return errbuf_set(err, r, "the CUDA arena cannot be laid out for the new plan");
+        if (L->arena_bytes != plan->total_bytes - plan->engine.context_bytes - plan->engine.graph_bytes ||
+            L->pinned_host_bytes != plan->pinned_host_bytes)
+                return errbuf_set(err, -EINVAL, "the CUDA arena layout disagrees with the new plan");
+        if (L->arena_bytes > ce->arena_alloc_bytes)
+                return errbuf_set(err, -ENOSPC, "the new plan (%s, batch %d) needs a %s device arena; %s was "
+                                  "allocated at start",
+                                  precision_name(plan->precision), plan->max_batch,
+                                  units_format_size(L->arena_bytes, a, sizeof(a)),
+                                  units_format_size(ce->arena_alloc_bytes, b, sizeof(b)));
+        if (L->pinned_host_bytes > ce->pinned_alloc_bytes)
+                return errbuf_set(err, -ENOSPC, "the new plan needs %s of pinned staging; %s was allocated at start",
+                                  units_format_size(L->pinned_host_bytes, a, sizeof(a)),
+                                  units_format_size(ce->pinned_alloc_bytes, b, sizeof(b)));
+        if (plan->engine.graph_bytes > ce->graph_plan_bytes)
+                return errbuf_set(err, -ENOSPC, "the new plan's graphs (%s) exceed the %s planned at start",
+                                  units_format_size(plan->engine.graph_bytes, a, sizeof(a)),
+                                  units_format_size(ce->graph_plan_bytes, b, sizeof(b)));
+        return 0;
+}
+
+static int cuda_swap_fits(const engine_t *e, const model_t *next, const plan_t *plan, errbuf_t *err) {
+        engine_cuda_layout_t L;
+
+        if (((const cuda_engine_t *)e->impl)->failed)
+                return errbuf_set(err, -EIO, "the CUDA engine has failed: %s",
+                                  ((const cuda_engine_t *)e->impl)->failed_why);
+        return swap_layout(e, next, plan, &L, err);
+}
+
+/* Idle (engine_swap checked): the old graphs go, the whole arena is
+ * cleared (the old weights with it: from here the engine has none), the new
+ * layout is carved from the same cudaMalloc, next's weights are uploaded,
+ * the GEMMs planned and the graphs captured again, as at open's steps 5 and
+ * 6. A failure marks the engine failed: it has no usable weights. */
+static int cuda_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+        engine_cuda_layout_t L;
+        int gemm_ops = 0, r = 0;
+
+        assert(ce->n_in_flight == 0);
+        if (!next->weights || !next->biases)
+                return errbuf_set(err, -EINVAL, "the new model has no weights loaded");
+        r = swap_layout(e, next, plan, &L, err);
+        if (r < 0)
+                return r;
+        CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "waiting for the compute stream");
+        for (int s = 0; s < ce->depth; s++)
+                CUDA_GOTO(cudaStreamSynchronize(ce->copy[s]), "waiting for a copy stream");
+        for (int i = 0; ce->graphs && i < ce->depth * ce->n_buckets; i++)
+                if (ce->graphs[i])
+                        (void)cudaGraphExecDestroy(ce->graphs[i]);
+        free(ce->graphs);
+        ce->graphs = NULL;
+        ce->n_buckets = 0;
+        /* The GEMM plans hold the old precision's descriptors and pointers. */
+        cuda_gemm_cache_free(ce->gemm);
+        ce->gemm = NULL;
+        for (int i = 0; i < next->n_ops; i++)
+                gemm_ops += next->ops[i].kind == MODEL_OP_CONV || next->ops[i].kind == MODEL_OP_FC;
+        r = cuda_gemm_cache_new(&ce->gemm, gemm_ops * (ENGINE_CUDA_MAX_BUCKETS + 8));
+        if (r < 0) {
+                r = errbuf_set(err, r, "out of host memory for the GEMM plans");
+                goto fail;
+        }
+
+        /* The old weight set is gone from here on: one set on the device. */
+        CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->arena_alloc_bytes, ce->compute), "clearing the device arena");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
+        memset(ce->pinned, 0, ce->pinned_alloc_bytes);
+        memset(ce->w, 0, sizeof(ce->w));
+        memset(ce->bias, 0, sizeof(ce->bias));
+        ce->L = L;
+        ce->model = next;
+        ce->precision = plan->precision;
+        ce->pb = precision_bytes(plan->precision);
+        ce->max_batch = plan->max_batch;
+        ce->top_k = plan->top_k;
+        memcpy(ce->tensor_off, plan->tensor_offset, sizeof(ce->tensor_off));
+        choose_modes(ce, next);
+        r = upload_weights(ce, next, err);
+        if (r < 0)
+                goto fail;
+        r = capture_graphs(ce, err);
+        if (r < 0)
+                goto fail;
+        model_drop_host_weights(next);
+        return 0;
+fail:
+        if (!ce->failed)
+                snprintf(ce->failed_why, sizeof(ce->failed_why), "swapping the model: %.480s", err ? err->msg : "");
+        ce->failed = 1;
+        return r;
 }
 
 /* --- the pipeline --------------------------------------------------------- */
@@ -809,4 +927,6 @@ extern "C" const engine_ops_t engine_cuda_ops = {
         cuda_slot_logits,
         cuda_slot_topk,
         cuda_completion_fd,
+        cuda_swap_fits,
+        cuda_swap,
 };

@@ -56,6 +56,9 @@ struct cuda_engine {
 
         uint8_t *arena;                 /* device, L.arena_bytes: the one cudaMalloc */
         uint8_t *pinned;                /* host, L.pinned_host_bytes: the one cudaHostAlloc */
+        uint64_t arena_alloc_bytes;     /* what open allocated: a model swap carves its new L within them */
+        uint64_t pinned_alloc_bytes;
+        uint64_t graph_plan_bytes;      /* the plan's graph term at open: a swap's graphs may not need more */
         void *w[MODEL_MAX_OPS];         /* device (cout, kh, kw, cin) in the precision; conv/fc ops */
         void *bias[MODEL_MAX_OPS];      /* device (cout): the precision for convs, fp32 for the FC */
 

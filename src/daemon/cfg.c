@@ -83,23 +83,23 @@ static const cfg_key_t cfg_keys[] = {
           "exactly-once: a transaction gathers the batches completed within this long, then commits "
           "(0: one transaction per batch)." },
 
-        { "model", "weights", CFG_T_PATH, NULL, 0, 0, false, false, F(model.weights),
-          "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16)." },
+        { "model", "weights", CFG_T_PATH, NULL, 0, 0, true, false, F(model.weights),
+          "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16). Live: a new file is swapped in place (validated first, never two weight sets on the device)." },
         { "model", "labels", CFG_T_PATH, "", 0, 0, false, true, F(model.labels),
           "Class labels, one per line (1000 lines); empty for none." },
-        { "model", "precision", CFG_T_PRECISION, "fp16", 0, 0, false, false, F(model.precision),
-          "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32." },
+        { "model", "precision", CFG_T_PRECISION, "fp16", 0, 0, true, false, F(model.precision),
+          "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32. Live: by a model swap in place, within the arena allocated at start." },
 
         { "engine", "backend", CFG_T_BACKEND, "auto", 0, 0, false, false, F(engine.backend),
           "auto takes CUDA when a device is present, else the CPU." },
         { "engine", "device", CFG_T_INT, "0", 0, 63, false, false, F(engine.device),
           "CUDA device ordinal." },
 
-        { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, false, false, F(memory.gpu_budget),
-          "Device memory the plan may use: a SIZE or a percentage of the device's memory." },
-        { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, false, false,
+        { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, true, false, F(memory.gpu_budget),
+          "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place; the batch may go down, never above the one at start." },
+        { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, true, false,
           F(memory.host_budget_bytes),
-          "Host memory for the pinned buffers and librdkafka's queues: what the pinned buffers leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged." },
+          "Host memory for the pinned buffers and librdkafka's queues: what the pinned buffers leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged. Live: by a model swap in place (the pinned buffers); librdkafka's limits stay as at start." },
         { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
           "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
 

@@ -21,12 +21,15 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "daemon/batch.h"
 #include "daemon/kafka.h"
@@ -75,6 +78,24 @@ struct daemon {
         int exit_status;
         uint64_t drain_started_us;
 
+        /* A model swap in place (a reload that changes the weights file,
+         * the precision or a budget). The new file is loaded on its own
+         * thread while the loop keeps serving (stage_*); then the plan is
+         * checked, fetching paused, and once the slots are empty and their
+         * offsets stored, the engine swaps (daemon_swap_*). */
+        cfg_t *swap_cfg;                /* owned: the reloaded file, whose swap keys are adopted on success */
+        pthread_t stage_thread;
+        bool stage_running;             /* the thread was started and not yet joined */
+        int stage_efd;                  /* eventfd: the thread is done */
+        sd_event_source *stage_io;
+        model_t *stage_model;           /* the thread's result; owned from the join on */
+        int stage_r;
+        errbuf_t stage_err;
+        model_t *swap_model;            /* owned: staged, its plan checked, waiting for the slots to empty */
+        plan_t swap_plan;
+        uint64_t swap_paused_us;        /* when fetching was paused for the swap */
+        daemon_reload_stats_t reload_stats;
+
         /* Progress and statistics (the pipeline counts its own). */
         uint64_t delivered;
         uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
@@ -113,6 +134,11 @@ static void daemon_pump(daemon_t *d) {
                 return;
         pipeline_pump(d->pipeline);
 }
+
+/* The model swap's steps (below, before the reload) that the drain and the
+ * event handlers call. */
+static void daemon_swap_end(daemon_t *d, const char *result);
+static void daemon_swap_check(daemon_t *d);
 
 /* --- pipeline_ops_t: the pipeline's calls up ----------------------------------- */
 
@@ -253,6 +279,8 @@ static void daemon_txn_check(daemon_t *d) {
         d->txn_closing = false;
         if (d->exit_status)
                 return;
+        if (d->swap_paused_us)
+                return;         /* a model swap keeps the intake closed (daemon_swap_end opens it) */
         pipeline_set_intake(d->pipeline, true);
         daemon_pump(d);
 }
@@ -316,6 +344,11 @@ static void daemon_begin_drain(daemon_t *d) {
 
         d->draining = true;
         d->drain_started_us = daemon_now_us();
+        if (d->swap_model) {
+                /* Its intake stays closed for the drain; the staged file goes. */
+                log_info("Reload: not swapping the model: draining");
+                daemon_swap_end(d, "rejected");
+        }
         daemon_stats(d, &st);
         sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", st.records_in_slots);
         daemon_extend_stop(d);
@@ -400,7 +433,8 @@ static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_li
                         daemon_txn_commit(d, false);
                 if (d->txn_closing && !d->exit_status) {
                         d->txn_closing = false;
-                        pipeline_set_intake(d->pipeline, true);
+                        if (!d->swap_paused_us)
+                                pipeline_set_intake(d->pipeline, true);
                 }
         } else if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
                 log_warning("%s", err.msg);
@@ -482,6 +516,7 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
         kafka_fd_clear(fd);
         kafka_poll_producer(d->kafka);
         daemon_txn_check(d);
+        daemon_swap_check(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -496,6 +531,7 @@ static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, voi
         daemon_txn_maybe_close(d);
         daemon_pump(d);
         daemon_txn_check(d);
+        daemon_swap_check(d);
         daemon_check_drained(d);
         return 0;
 }
@@ -566,6 +602,7 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
                 daemon_pump(d);
         daemon_txn_maybe_close(d);
         daemon_txn_check(d);
+        daemon_swap_check(d);
         daemon_check_drained(d);
         if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
                 daemon_status(d, t);
@@ -591,6 +628,205 @@ static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata)
         return 0;
 }
 
+/* --- model swap in place ------------------------------------------------------------- */
+
+static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budget, size_t len);
+
+/* Ends a reload that took a swap path: READY=1 again, and the counters. */
+static void daemon_swap_end(daemon_t *d, const char *result) {
+        if (!strcmp(result, "applied")) {
+                d->reload_stats.swaps_applied++;
+                d->reload_stats.reloads_applied++;
+        } else if (!strcmp(result, "failed")) {
+                d->reload_stats.swaps_failed++;
+                d->reload_stats.reloads_rejected++;
+        } else {
+                d->reload_stats.swaps_rejected++;
+                d->reload_stats.reloads_rejected++;
+        }
+        cfg_free(d->swap_cfg);
+        d->swap_cfg = NULL;
+        model_free(d->swap_model);
+        d->swap_model = NULL;
+        if (d->swap_paused_us && !d->txn_closing && !d->exit_status && !d->draining && d->pipeline) {
+                pipeline_set_intake(d->pipeline, true);
+                daemon_pump(d);
+        }
+        d->swap_paused_us = 0;
+        if (!d->draining && !d->exit_status)
+                sd_notify(0, "READY=1\nSTATUS=Reloaded");
+}
+
+static void daemon_swap_reject(daemon_t *d, const char *why) {
+        log_error("Reload rejected: %s; the running model (%s) keeps serving and nothing changed", why,
+                  d->model->id);
+        daemon_swap_end(d, "rejected");
+}
+
+/* Step 4, once the slots are empty and every result is acknowledged (its
+ * offset stored): the engine frees the old weights and puts the new ones in
+ * the same arena (engine_swap); the old host model is freed; predictions
+ * carry the new model id from the next batch on. */
+static void daemon_swap_apply(daemon_t *d) {
+        uint64_t t0 = daemon_now_us(), t1;
+        model_t *old = d->model;
+        const plan_t *plan;
+        errbuf_t err = {};
+        char size[32];
+        int r;
+
+        r = engine_swap(d->engine, d->swap_model, &d->swap_plan, &err);
+        if (r == -EBUSY) {
+                /* Not idle after all: nothing changed, so it is only refused. */
+                daemon_swap_reject(d, err.msg);
+                return;
+        }
+        if (r < 0) {
+                log_error("Failed to swap the model after the old weights were freed: %s; exiting with status 1, "
+                          "so that systemd restarts inferd on '%s' as configured",
+                          err.msg, d->swap_cfg->model.weights);
+                daemon_swap_end(d, "failed");
+                daemon_fail(d, 1);
+                return;
+        }
+        /* The engine reads the new model's weights; the old set goes. */
+        d->model = d->swap_model;
+        d->swap_model = NULL;
+        model_free(old);
+        memcpy(d->cfg->model.weights, d->swap_cfg->model.weights, sizeof(d->cfg->model.weights));
+        d->cfg->model.precision = d->swap_cfg->model.precision;
+        memcpy(d->cfg->memory.gpu_budget, d->swap_cfg->memory.gpu_budget, sizeof(d->cfg->memory.gpu_budget));
+        d->cfg->memory.gpu_budget_is_percent = d->swap_cfg->memory.gpu_budget_is_percent;
+        d->cfg->memory.host_budget_bytes = d->swap_cfg->memory.host_budget_bytes;
+        r = pipeline_engine_swapped(d->pipeline, d->model->id, precision_name(engine_precision(d->engine)),
+                                    d->cfg->memory.max_batch);
+        assert(r == 0);
+        t1 = daemon_now_us();
+        d->reload_stats.last_swap_s = (double)(t1 - t0) / 1e6;
+        d->reload_stats.last_swap_pause_s = (double)(t1 - d->swap_paused_us) / 1e6;
+        plan = engine_plan_of(d->engine);
+        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s; the swap took "
+                 "%.1f ms, fetching was paused for %.1f ms",
+                 d->model->id, d->cfg->model.weights, engine_backend(d->engine),
+                 precision_name(engine_precision(d->engine)), engine_max_batch(d->engine),
+                 units_format_size(plan->total_bytes, size, sizeof(size)), d->reload_stats.last_swap_s * 1e3,
+                 d->reload_stats.last_swap_pause_s * 1e3);
+        daemon_swap_end(d, "applied");
+}
+
+/* Step 3's end: whether the slots are empty and every result acknowledged
+ * (its offset stored); then the swap. Called wherever those change. */
+static void daemon_swap_check(daemon_t *d) {
+        if (!d->swap_model || !d->swap_paused_us || d->exit_status || d->draining)
+                return;
+        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
+            kafka_producer_outstanding(d->kafka) > 0)
+                return;
+        daemon_swap_apply(d);
+}
+
+/* The staging thread: step 1, off the loop. */
+static void *daemon_stage_main(void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t one = 1;
+
+        d->stage_r = model_load(&d->stage_model, d->swap_cfg->model.weights, &d->stage_err);
+        if (write(d->stage_efd, &one, sizeof(one)) != sizeof(one))
+                abort();        /* an eventfd write of 1 cannot fail */
+        return NULL;
+}
+
+static void daemon_stage_join(daemon_t *d) {
+        if (!d->stage_running)
+                return;
+        pthread_join(d->stage_thread, NULL);
+        d->stage_running = false;
+}
+
+/* The new file is loaded and validated (or refused): step 2, the plan. */
+static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+        engine_options_t o;
+        errbuf_t err = {};
+        char host[32], why[sizeof(err.msg) + PATH_MAX + 64];
+        uint64_t v;
+        int r;
+
+        (void)s;
+        (void)revents;
+        if (read(fd, &v, sizeof(v)) != sizeof(v))
+                return 0;
+        daemon_stage_join(d);
+        if (d->stage_r < 0) {
+                snprintf(why, sizeof(why), "%s", d->stage_err.msg);
+                daemon_swap_reject(d, why);
+                return 0;
+        }
+        d->swap_model = d->stage_model;
+        d->stage_model = NULL;
+        if (d->draining || d->exit_status) {
+                log_info("Reload: not swapping the model: the daemon is stopping");
+                daemon_swap_end(d, "rejected");
+                return 0;
+        }
+        daemon_engine_options(d->swap_cfg, &o, host, sizeof(host));
+        r = engine_swap_plan(d->engine, d->swap_model, &o, &d->swap_plan, &err);
+        if (r < 0) {
+                snprintf(why, sizeof(why), "the new plan for '%s': %s", d->swap_cfg->model.weights, err.msg);
+                daemon_swap_reject(d, why);
+                return 0;
+        }
+        if (d->swap_cfg->memory.host_budget_bytes != d->cfg->memory.host_budget_bytes)
+                log_warning("Reload: [memory] host_budget changed: the new plan uses it; librdkafka's queue limits "
+                            "stay as set at start");
+        /* Step 3: nothing new is taken; what is in the slots finishes. */
+        log_info("Reload: %s from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "
+                 "flight",
+                 d->swap_model->id, d->swap_cfg->model.weights, precision_name(d->swap_plan.precision),
+                 d->swap_plan.max_batch, daemon_records_in_slots(d));
+        d->swap_paused_us = daemon_now_us();
+        pipeline_set_intake(d->pipeline, false);
+        daemon_swap_check(d);
+        return 0;
+}
+
+/* Step 1: the new file (next's weights) is read, validated and folded on a
+ * thread, in host memory beside the running model, which keeps serving.
+ * Takes next. */
+static void daemon_swap_begin(daemon_t *d, cfg_t *next) {
+        int r;
+
+        d->swap_cfg = next;
+        d->stage_r = 0;
+        d->stage_err = (errbuf_t){};
+        if (!d->stage_io) {
+                r = sd_event_add_io(d->event, &d->stage_io, d->stage_efd, EPOLLIN, daemon_on_stage_io, d);
+                if (r < 0) {
+                        log_error("Reload rejected: Failed to watch the staging thread: %s", strerror(-r));
+                        daemon_swap_end(d, "rejected");
+                        return;
+                }
+        }
+        log_info("Reload: loading '%s' beside the running model %s", next->model.weights, d->model->id);
+        r = -pthread_create(&d->stage_thread, NULL, daemon_stage_main, d);
+        if (r < 0) {
+                log_error("Reload rejected: Failed to start the staging thread: %s", strerror(-r));
+                daemon_swap_end(d, "rejected");
+                return;
+        }
+        d->stage_running = true;
+}
+
+/* [model] weights and precision and the budgets are taken by a swap. */
+static bool daemon_is_swap_key(const cfg_change_t *c) {
+        return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision"))) ||
+               (!strcmp(c->section, "memory") && (!strcmp(c->key, "gpu_budget") || !strcmp(c->key, "host_budget")));
+}
+
+void daemon_get_reload_stats(const daemon_t *d, daemon_reload_stats_t *ret) {
+        *ret = d->reload_stats;
+}
+
 /* --- reload ------------------------------------------------------------------------ */
 
 static void daemon_reload(daemon_t *d) {
@@ -601,10 +837,13 @@ static void daemon_reload(daemon_t *d) {
         size_t n = 0;
         int r;
 
+        bool swap = false;
+
         sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
         r = cfg_load(&next, d->config_path, &err);
         if (r < 0) {
                 log_error("Failed to reload '%s', keeping the running configuration: %s", d->config_path, err.msg);
+                d->reload_stats.reloads_rejected++;
                 goto done;
         }
         cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
@@ -614,6 +853,20 @@ static void daemon_reload(daemon_t *d) {
         for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
                 const cfg_change_t *c = &changes[i];
 
+                if (!strcmp(c->section, "model") && !strcmp(c->key, "precision") && d->engine &&
+                    !strcmp(engine_backend(d->engine), "cpu")) {
+                        /* Nothing to swap for it: the CPU engine computes in fp32. */
+                        d->cfg->model.precision = next->model.precision;
+                        log_info("Reload: [model] precision applied (the CPU engine computes in fp32 whatever it "
+                                 "says)");
+                        continue;
+                }
+                if (daemon_is_swap_key(c)) {
+                        /* Taken together, after the live keys: a model swap. */
+                        log_info("Reload: [%s] %s changed: swapping the model in place", c->section, c->key);
+                        swap = true;
+                        continue;
+                }
                 if (!c->live) {
                         log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
                                     c->key);
@@ -652,6 +905,12 @@ static void daemon_reload(daemon_t *d) {
         if (n > sizeof(changes) / sizeof(changes[0]))
                 log_warning("Reload: %zu more changes not listed; they need a restart",
                             n - sizeof(changes) / sizeof(changes[0]));
+        if (swap) {
+                /* READY=1 comes when the swap ends (daemon_swap_end). */
+                daemon_swap_begin(d, next);
+                return;
+        }
+        d->reload_stats.reloads_applied++;
 done:
         cfg_free(next);
         sd_notify(0, "READY=1\nSTATUS=Reloaded");
@@ -664,6 +923,10 @@ static int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *s
         (void)si;
         if (d->draining) {
                 log_info("Ignoring SIGHUP while draining");
+                return 0;
+        }
+        if (d->swap_cfg) {
+                log_warning("Ignoring SIGHUP: the model swap of the previous reload is still in progress");
                 return 0;
         }
         daemon_reload(d);
@@ -683,6 +946,7 @@ int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *er
                 return -ENOMEM;
         }
         d->cfg = cfg;
+        d->stage_efd = -1;
         d->config_path = strdup(config_path ? config_path : CFG_DEFAULT_PATH);
         if (!d->config_path) {
                 r = -ENOMEM;
@@ -691,6 +955,12 @@ int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *er
         r = batch_offsets_new(&d->offsets);
         if (r < 0)
                 goto fail;
+        d->stage_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (d->stage_efd < 0) {
+                r = -errno;
+                errbuf_set(err, r, "Failed to create an eventfd: %s", strerror(-r));
+                goto fail;
+        }
         r = sd_event_default(&d->event);
         if (r < 0) {
                 errbuf_set(err, r, "Failed to create the event loop: %s", strerror(-r));
@@ -722,6 +992,14 @@ void daemon_free(daemon_t *d) {
          * pipeline's messages: they stop first. */
         decode_pool_free(d->decode);
         d->decode = NULL;
+        /* A staging thread still loading a file reads d->swap_cfg. */
+        daemon_stage_join(d);
+        model_free(d->stage_model);
+        model_free(d->swap_model);
+        cfg_free(d->swap_cfg);
+        sd_event_source_unref(d->stage_io);
+        if (d->stage_efd >= 0)
+                close(d->stage_efd);
         pipeline_free(d->pipeline);
         d->pipeline = NULL;
         /* Then Kafka, before the rest: its callbacks point into d. */

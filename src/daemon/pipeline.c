@@ -640,7 +640,7 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         r = batch_new(&p->batch, engine_slots(cfg->engine), engine_max_batch(cfg->engine));
         if (r < 0)
                 goto fail;
-        batch_set_limit(p->batch, cfg->max_batch);
+        pipeline_set_max_batch(p, cfg->max_batch);
         p->slot_produced = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
         if (!p->slot_produced) {
                 r = -ENOMEM;
@@ -705,7 +705,20 @@ void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms) {
 }
 
 int pipeline_set_max_batch(pipeline_t *p, int max_batch) {
+        /* The engine's batch, which a model swap may have lowered below the
+         * batcher's capacity. */
+        if (max_batch > engine_max_batch(p->engine))
+                max_batch = engine_max_batch(p->engine);
         return batch_set_limit(p->batch, max_batch);
+}
+
+int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch) {
+        if (batch_records_held(p->batch) > 0 || batch_in_flight(p->batch) > 0)
+                return -EBUSY;
+        p->meta.model_id = model_id;
+        p->meta.precision = precision;
+        pipeline_set_max_batch(p, max_batch);
+        return 0;
 }
 
 void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
@@ -723,7 +736,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .records_in_slots = batch_records_held(p->batch),
                 .records_held = p->held_len,
                 .batch_limit = batch_limit(p->batch),
-                .batch_capacity = batch_capacity(p->batch),
+                .batch_capacity = engine_max_batch(p->engine),
                 .top_k = p->top_k,
                 .engine_top_k = p->engine_top_k,
                 .last_progress_us = p->last_progress_us,

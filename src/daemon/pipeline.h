@@ -93,7 +93,7 @@ typedef struct pipeline_stats {
         int records_in_slots;           /* in FILLING, IN FLIGHT or DONE slots */
         size_t records_held;            /* consumed, waiting for room (not tracked) */
         int batch_limit;                /* the live max_batch */
-        int batch_capacity;             /* the plan's batch */
+        int batch_capacity;             /* the plan's batch (the engine's, after a model swap) */
         int top_k;                      /* the live top_k */
         int engine_top_k;               /* what the engine computes; top_k may not go above */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
@@ -163,6 +163,14 @@ void pipeline_set_intake(pipeline_t *p, bool open);
 int pipeline_set_top_k(pipeline_t *p, int top_k);
 void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms);
 int pipeline_set_max_batch(pipeline_t *p, int max_batch);
+
+/* After a model swap in place (engine_swap on the borrowed engine, with
+ * nothing in the slots): predictions carry model_id and precision (borrowed
+ * strings, which must outlive the pipeline or the next swap) from the next
+ * batch on, and the batch limit becomes max_batch within the engine's
+ * batch, which the swap may have lowered. -EBUSY, and nothing changed,
+ * while records are in the slots. */
+int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch);
 
 /* Fills *ret; all zero for a NULL pipeline (not started yet). */
 void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret);

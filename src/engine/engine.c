@@ -143,6 +143,56 @@ fail:
         return r;
 }
 
+int engine_swap_plan(const engine_t *e, const model_t *next, const engine_options_t *o, plan_t *ret,
+                     errbuf_t *err) {
+        engine_options_t so = *o;
+        plan_request_t req;
+        int r;
+
+        if (!e->ops->swap || !e->ops->swap_fits)
+                return errbuf_set(err, -EOPNOTSUPP, "the %s engine cannot swap its model in place", e->ops->name);
+        if (!next->weights)
+                return errbuf_set(err, -EINVAL, "the new model has no weights loaded");
+        /* The same executor, slots and results: only the weights, the
+         * precision and the batch may change. */
+        so.backend = e->request.backend;
+        so.pipeline_depth = e->plan.pipeline_depth;
+        so.top_k = e->plan.top_k;
+        if (so.max_batch > e->plan.max_batch)
+                so.max_batch = e->plan.max_batch;
+        r = engine_request(&so, 1, &req, NULL, 0, err);
+        if (r < 0)
+                return r;
+        /* The context measured at open is still there. */
+        req.measured_context_bytes = e->request.measured_context_bytes;
+        r = plan_make(next, &req, ret, err);
+        if (r < 0)
+                return r;
+        return e->ops->swap_fits(e, next, ret, err);
+}
+
+int engine_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err) {
+        int r;
+
+        for (int s = 0; s < e->plan.pipeline_depth; s++)
+                if (e->slot_state[s] == ENGINE_SLOT_BUSY)
+                        return errbuf_set(err, -EBUSY, "slot %d is still in flight", s);
+        assert(plan->max_batch <= e->plan.max_batch && plan->pipeline_depth == e->plan.pipeline_depth);
+        r = e->ops->swap(e, next, plan, err);
+        if (r < 0)
+                return r;
+        e->model = next;
+        e->plan = *plan;
+        /* The slot bookkeeping was sized for the batch at open, which the
+         * new one does not exceed; every slot starts empty again. */
+        for (int s = 0; s < e->plan.pipeline_depth; s++) {
+                e->slot_state[s] = ENGINE_SLOT_IDLE;
+                e->slot_n[s] = 0;
+                memset(&e->packs[s], 0, sizeof(e->packs[s]));
+        }
+        return 0;
+}
+
 int engine_slots_alloc(engine_t *e, errbuf_t *err) {
         size_t depth = (size_t)e->plan.pipeline_depth, records = depth * (size_t)e->plan.max_batch;
 

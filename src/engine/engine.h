@@ -69,6 +69,12 @@ typedef struct engine_ops {
         const float *(*slot_logits)(engine_t *e, int slot);     /* (n, 1000) fp32 */
         const engine_topk_t *(*slot_topk)(engine_t *e, int slot);       /* (n, top_k) */
         int (*completion_fd)(engine_t *e);
+        /* A model swap in place (engine_swap_plan, engine_swap); NULL in an
+         * executor that cannot swap. swap_fits: whether plan (made for next)
+         * fits what open allocated; changes nothing. swap: e is idle; frees
+         * e's weights, then puts next's in the same arena for plan. */
+        int (*swap_fits)(const engine_t *e, const model_t *next, const plan_t *plan, errbuf_t *err);
+        int (*swap)(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err);
 } engine_ops_t;
 
 struct engine {
@@ -169,6 +175,36 @@ int engine_wait(engine_t *e, int slot, errbuf_t *err);
  * (ENGINE_TOPK_NONFINITE above). */
 const float *engine_slot_logits(engine_t *e, int slot);
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
+
+/* A model swap in place: a reload that changes the weights file, the
+ * precision or a budget, applied without a restart and without a second
+ * weight set on the device.
+ *
+ * engine_swap_plan makes the plan that next and o give, as engine_open
+ * would (same backend; the pipeline depth and top-k of e; the batch at most
+ * e's, which its bookkeeping and its caller's batcher were sized for), and
+ * checks that it fits what e allocated at open: the arena (device memory on
+ * CUDA: nothing is allocated after open) and the host staging. It changes
+ * nothing, so the caller can refuse the reload with *err (-ENOSPC: the
+ * budget or the arena is too small; -EOPNOTSUPP: this executor cannot swap)
+ * while e keeps serving.
+ *
+ * engine_swap then replaces e's weights with next's, for that plan. e must
+ * be idle (no slot in flight: -EBUSY otherwise, and nothing changed). The
+ * old weights are freed first (the CUDA engine overwrites its weights
+ * region), then next's are put in the same arena, which is carved again for
+ * the plan; the CUDA engine plans its GEMMs and captures its graphs again.
+ * On success e->model is next (borrowed, as at open; the CUDA engine drops
+ * next's host weights) and the caller may free the old model. Any other
+ * failure leaves e without usable weights: the caller must free e (the
+ * daemon exits, so that systemd restarts it on the file as configured).
+ *
+ * On the CPU engine the weights are the model's own host blocks: next,
+ * loaded before engine_swap_plan, is the staged copy, and becomes the one
+ * resident set once the caller frees the old model. */
+int engine_swap_plan(const engine_t *e, const model_t *next, const engine_options_t *o, plan_t *ret,
+                     errbuf_t *err);
+int engine_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err);
 
 /* Backends, for engine.c. */
 extern const engine_ops_t engine_cpu_ops;

@@ -10,9 +10,13 @@
  * workspace; one host block holds every slot's records (packed by format,
  * engine/pack.h) and results. Both are
  * sized by engine_cpu_layout, the same function that gives the plan its
- * terms, and nothing is allocated per batch.
+ * terms, and nothing is allocated per batch. A model swap (engine_swap)
+ * points the engine at the new model's blocks and carves its plan from the
+ * same two allocations; while the new file is staged, host memory holds
+ * the old set and the new one, and one once the caller frees the old.
  *
  * It is not fast by cleverness: the speed is OpenBLAS's. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -91,6 +95,7 @@ typedef struct engine_cpu {
         engine_cpu_layout_t layout;
         void *arena;            /* activations, then workspace */
         void *host;             /* per slot: inputs, logits, top-k */
+        size_t arena_alloc_bytes, host_alloc_bytes;     /* as allocated at open: a swap carves within them */
         float *activations;     /* tensor t at activations + max_batch * tensor_offset[t] */
         float *workspace;
         int efd;                /* eventfd, EFD_SEMAPHORE */
@@ -268,6 +273,8 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                                c->layout.activation_bytes + c->layout.workspace_bytes, c->layout.host_bytes);
                 goto fail;
         }
+        c->arena_alloc_bytes = c->layout.activation_bytes + c->layout.workspace_bytes;
+        c->host_alloc_bytes = c->layout.host_bytes;
         c->activations = c->arena;
         c->workspace = (float *)((char *)c->arena + c->layout.activation_bytes);
         c->queue = calloc((size_t)e->plan.pipeline_depth, sizeof(int));
@@ -331,6 +338,51 @@ static int engine_cpu_completion_fd(engine_t *e) {
         return ((engine_cpu_t *)e->impl)->efd;
 }
 
+/* The layout plan gives for next, and whether it fits the blocks allocated
+ * at open (a swap allocates nothing; a smaller budget may lower the batch). */
+static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const plan_t *plan,
+                                  engine_cpu_layout_t *l, errbuf_t *err) {
+        const engine_cpu_t *c = e->impl;
+
+        engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth, plan->top_k, l);
+        if (l->workspace_bytes != plan->workspace_bytes || l->host_bytes != plan->pinned_host_bytes)
+                return errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with the new plan");
+        if (l->activation_bytes + l->workspace_bytes > c->arena_alloc_bytes || l->host_bytes > c->host_alloc_bytes)
+                return errbuf_set(err, -ENOSPC,
+                                  "the new plan (batch %d: %zu arena bytes, %zu host bytes) does not fit the "
+                                  "%zu + %zu bytes allocated at start",
+                                  plan->max_batch, l->activation_bytes + l->workspace_bytes, l->host_bytes,
+                                  c->arena_alloc_bytes, c->host_alloc_bytes);
+        return 0;
+}
+
+static int engine_cpu_swap_fits(const engine_t *e, const model_t *next, const plan_t *plan, errbuf_t *err) {
+        engine_cpu_layout_t l;
+
+        return engine_cpu_swap_layout(e, next, plan, &l, err);
+}
+
+/* The weights are next's own host blocks (engine_cpu_forward reads
+ * e->model, which engine_swap sets): only the carve follows the plan. The
+ * worker is idle (no slot queued), and the next submit's lock hands it the
+ * new layout. */
+static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err) {
+        engine_cpu_t *c = e->impl;
+        engine_cpu_layout_t l;
+        int r;
+
+        r = engine_cpu_swap_layout(e, next, plan, &l, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&c->lock);
+        assert(c->queue_len == 0);
+        c->layout = l;
+        c->activations = c->arena;
+        c->workspace = (float *)((char *)c->arena + l.activation_bytes);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
 const engine_ops_t engine_cpu_ops = {
         .name = "cpu",
         .open = engine_cpu_open,
@@ -341,4 +393,6 @@ const engine_ops_t engine_cpu_ops = {
         .slot_logits = engine_cpu_slot_logits,
         .slot_topk = engine_cpu_slot_topk,
         .completion_fd = engine_cpu_completion_fd,
+        .swap_fits = engine_cpu_swap_fits,
+        .swap = engine_cpu_swap,
 };

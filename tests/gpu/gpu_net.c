@@ -50,6 +50,8 @@ void gpu_net_ids(precision_t p, int quick, void (*fn)(void *u, const char *id), 
         }
         snprintf(id, sizeof(id), "gpu/%s/mem/steady", precision_name(p));
         fn(u, id);
+        snprintf(id, sizeof(id), "gpu/%s/swap", precision_name(p));
+        fn(u, id);
 }
 
 static size_t record_bytes(record_format_t f) {
@@ -448,4 +450,104 @@ void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
                                    c->mem_batches, (unsigned long long)images, (unsigned long long)after,
                                    secs > 0 ? images / secs : 0.0);
         }
+}
+
+/* The model swap in place (engine_swap), last on this precision's engine:
+ * to a different model (the file's weights with the FC negated, so every
+ * top-1 changes) in another precision (fp16 <-> bf16, fp32 -> fp16; the CPU
+ * stand-in stays fp32), within the arena allocated at open. After it, a
+ * batch of 3 matches a CPU engine opened on that model within the new
+ * precision's whole-network tolerance, and the device holds no more than
+ * the plan at open said (one weight set: nothing was allocated). The
+ * swapped-in model goes to *keep, for the caller to free after e. */
+void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
+        precision_t q = c->selftest ? PRECISION_FP32 : p == PRECISION_FP16 ? PRECISION_BF16 : PRECISION_FP16;
+        uint64_t open_total = engine_plan_of(e)->total_bytes, used = 0, total = 0;
+        model_t *next = NULL, *ref = NULL;
+        engine_t *cpu = NULL;
+        uint8_t *recs = NULL;
+        engine_options_t o;
+        errbuf_t err = { "" };
+        plan_t plan;
+        char id[128];
+        float *got = NULL;
+        double rel;
+        size_t bad = 0;
+        int r;
+
+        snprintf(id, sizeof(id), "gpu/%s/swap", precision_name(p));
+        if ((r = model_load(&next, c->weights_path, &err)) < 0 || (r = model_load(&ref, c->weights_path, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "loading the weights again: %s", err.msg);
+                goto done;
+        }
+        for (model_t *m = next; m; m = m == next ? ref : NULL) {
+                const model_op_t *fc = &m->ops[model_find_op(m, "fc")];
+
+                for (size_t i = 0; i < (size_t)fc->cout * fc->cin; i++)
+                        m->weights[fc->w_off + i] = -m->weights[fc->w_off + i];
+                for (int i = 0; i < fc->cout; i++)
+                        m->biases[fc->b_off + i] = -m->biases[fc->b_off + i];
+        }
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.precision = PRECISION_FP32;
+        o.max_batch = 3;
+        o.top_k = GPU_TOP_K;
+        if ((r = engine_open(&cpu, ref, &o, NULL, 0, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "the CPU reference engine: %s", err.msg);
+                goto done;
+        }
+        o.backend = c->selftest ? BACKEND_CPU : BACKEND_CUDA;
+        o.precision = q;
+        o.max_batch = engine_max_batch(e);
+        if ((r = engine_swap_plan(e, next, &o, &plan, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "engine_swap_plan to %s: %s", precision_name(q), err.msg);
+                goto done;
+        }
+        if ((r = engine_swap(e, next, &plan, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "engine_swap to %s: %s", precision_name(q), err.msg);
+                gpu_lost(c, e, id);
+                goto done;
+        }
+        *keep = next;   /* e reads it now */
+        next = NULL;
+        if ((r = make_records(c, 3, &recs)) < 0 || (got = malloc(3 * MODEL_CLASSES * sizeof(float))) == NULL) {
+                gpu_result(c, GPU_FAIL, id, NULL, "out of host memory");
+                goto done;
+        }
+        if ((r = run_slot(e, 0, recs, 0, 3, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "a batch of 3 after the swap: %s", err.msg);
+                gpu_lost(c, e, id);
+                goto done;
+        }
+        memcpy(got, engine_slot_logits(e, 0), 3 * MODEL_CLASSES * sizeof(float));
+        if ((r = run_slot(cpu, 0, recs, 0, 3, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "the CPU reference: %s", err.msg);
+                goto done;
+        }
+        rel = gpu_rel_l2(got, engine_slot_logits(cpu, 0), 3 * MODEL_CLASSES, &bad);
+        if ((r = c->mem_info(e, &used, &total, &err)) < 0) {
+                gpu_result(c, GPU_FAIL, id, NULL, "memory after the swap: %s", err.msg);
+                gpu_lost(c, e, id);
+                goto done;
+        }
+        if (bad || !(rel <= gpu_net_tolerance(q)))
+                gpu_result(c, GPU_FAIL, id, NULL, "after the swap to %s: rel %.3g > %.3g (%zu non-finite)",
+                           precision_name(q), rel, gpu_net_tolerance(q), bad);
+        else if (used > open_total)
+                gpu_result(c, GPU_FAIL, id, NULL, "after the swap the device holds %llu bytes > the %llu planned at open",
+                           (unsigned long long)used, (unsigned long long)open_total);
+        else
+                gpu_result(c, GPU_PASS, id,
+                           json_pack("{s:s, s:f, s:i, s:I, s:I}", "to", precision_name(q), "rel", rel, "max_batch",
+                                     engine_max_batch(e), "used_bytes", (json_int_t)used, "open_planned_bytes",
+                                     (json_int_t)open_total),
+                           "to=%s rel=%.3g max_batch=%d used=%llu open_planned=%llu", precision_name(q), rel,
+                           engine_max_batch(e), (unsigned long long)used, (unsigned long long)open_total);
+done:
+        free(got);
+        free(recs);
+        engine_free(cpu);
+        model_free(ref);
+        model_free(next);
 }

@@ -138,6 +138,9 @@ void gpu_layers_run(gpu_ctx_t *c, engine_t *cuda, const model_t *ref, precision_
 void gpu_net_run(gpu_ctx_t *c, engine_t *cuda, engine_t *cpu, precision_t p);
 void gpu_mem_plan_run(gpu_ctx_t *c, engine_t *cuda, precision_t p);
 void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *cuda, precision_t p);
+/* Last on an engine: swaps it to another model and precision (engine_swap);
+ * the model it then reads goes to *keep, freed by the caller after it. */
+void gpu_swap_run(gpu_ctx_t *c, engine_t *cuda, precision_t p, model_t **keep);
 
 /* The reference op i of m on act[] (each (n, tensor elems) fp32 NHWC; only
  * the op's input, residual and output need to be there). ws holds ws_elems

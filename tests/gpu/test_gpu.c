@@ -13,7 +13,7 @@
  * reports these tests as skipped, never as passed. Otherwise, for each
  * precision (fp32, fp16, bf16), it opens the CUDA engine on the weights and
  * runs the layer, whole-network and memory checks of gpu_layers.c and
- * gpu_net.c, one line each. The exit status is 1 when any check failed.
+ * gpu_net.c, then the model swap in place (gpu_net.c), one line each. The exit status is 1 when any check failed.
  * A sticky CUDA error (the engine reports its context lost) stops the run:
  * "# device context lost after <id>: <why>" is printed, and every check not
  * yet run is reported "SKIP <id>: device context lost after <id>: ...",
@@ -269,7 +269,7 @@ static void gpu_fail_open(gpu_ctx_t *c, precision_t p, const char *why) {
 static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, precision_t p) {
         engine_options_t o;
         engine_t *e = NULL;
-        model_t *m = NULL;
+        model_t *m = NULL, *swapped = NULL;
         engine_cuda_debug_info_t info;
         errbuf_t err = { "" };
         char warning[256] = "", id[96];
@@ -351,8 +351,12 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         if (c->lost[0])
                 goto done;
         gpu_mem_steady_run(c, e, p);
+        if (c->lost[0])
+                goto done;
+        gpu_swap_run(c, e, p, &swapped);
 done:
         engine_free(e);
+        model_free(swapped);
         model_free(m);
 }
 

@@ -5,6 +5,7 @@ Used by tests/kafka/run. Inputs are kcat dumps, one record per line:
   input:       %p TAB %o TAB %k TAB %S TAB %h
   predictions: %k TAB %h TAB %s
   dlq:         %k TAB %S TAB %h
+  timed predictions (swap): %T TAB %k TAB %h TAB %s
 Each subcommand prints one line and exits 0 (holds) or 1 (does not, with why).
 It checks records, not the daemon's logs.
 """
@@ -140,12 +141,53 @@ def cmd_formats(inp, pred):
     print(', '.join(f'{f}/{h}={kinds[(f, h)]}' for f, h in need))
 
 
+def cmd_swap(pred, old, new):
+    """A model swap in place under load: in the output's order, every
+    prediction of the old model comes before every one of the new (the swap
+    is one point in time), each source partition's offsets rise (partition
+    order) and switch from old to new exactly once, and nothing carries a
+    third id. Prints the gap between the last old and the first new
+    prediction (the producer's timestamps): the pause the swap caused."""
+    rows = []
+    for ts, k, h, value in read(pred, 4):
+        hd = headers(h)
+        model = json.loads(value).get('model')
+        if model not in (old, new):
+            fail(f'{k}: model {model!r}, neither the old {old} nor the new {new}')
+        rows.append((int(ts), k, int(hd['inferd-source-partition']), int(hd['inferd-source-offset']), model))
+    models = [r[4] for r in rows]
+    if old not in models or new not in models:
+        fail(f'not both models among {len(rows)} predictions: {collections.Counter(models)}')
+    last_old = max(i for i, m in enumerate(models) if m == old)
+    first_new = models.index(new)
+    if last_old > first_new:
+        fail(f'an old-model prediction ({rows[last_old][1]}) after a new-model one ({rows[first_new][1]})')
+    parts = collections.defaultdict(list)
+    for ts, k, p, o, m in rows:
+        parts[p].append((o, m, k))
+    for p, seq in sorted(parts.items()):
+        offs = [o for o, _, _ in seq]
+        if offs != sorted(offs) or len(set(offs)) != len(offs):
+            fail(f'partition {p}: source offsets out of order: {offs}')
+        switches = sum(1 for a, b in zip(seq, seq[1:]) if a[1] != b[1])
+        if switches != 1 or seq[0][1] != old:
+            fail(f'partition {p}: {switches} model switch(es), first {seq[0][1]}; expected old, then new, once')
+    # A batch's predictions are produced together: over 50 ms apart is the next batch.
+    gaps = sorted(g for g in (b[0] - a[0] for a, b in zip(rows, rows[1:])) if g > 50) or [0]
+    pause = rows[first_new][0] - rows[last_old][0]
+    print(f'{len(rows)} predictions, {last_old + 1} old then {len(rows) - first_new} new, one switch in each of '
+          f'{len(parts)} partitions; pause {pause} ms between the last old and the first new prediction '
+          f'(median gap between batches {gaps[len(gaps) // 2]} ms)')
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == 'predictions':
         cmd_predictions(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), len(sys.argv) > 6)
     elif cmd == 'dlq':
         cmd_dlq(sys.argv[2], sys.argv[3])
+    elif cmd == 'swap':
+        cmd_swap(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == 'formats':
         cmd_formats(sys.argv[2], sys.argv[3])
     else:

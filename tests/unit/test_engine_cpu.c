@@ -278,6 +278,100 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
         model_free(m);
 }
 
+/* Runs record `seed` (rgb8) alone in slot 0 of e; its logits into out. */
+static int engine_test_logits(engine_t *e, uint64_t seed, float out[MODEL_CLASSES]) {
+        errbuf_t err;
+        int r;
+
+        engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
+        if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
+                return r;
+        memcpy(out, engine_slot_logits(e, 0), MODEL_CLASSES * sizeof(float));
+        return 0;
+}
+
+static double engine_test_rel(const float *a, const float *b) {
+        double num = 0, den = 0;
+
+        for (int c = 0; c < MODEL_CLASSES; c++) {
+                num += pow((double)a[c] - b[c], 2);
+                den += pow(b[c], 2);
+        }
+        return sqrt(num / den);
+}
+
+/* A model swap in place: after engine_swap the engine computes the new
+ * model's logits (those of an engine opened on it, which the golden suite
+ * holds against torchvision), not the old one's; a plan that does not fit
+ * is refused by engine_swap_plan with nothing changed; a busy engine
+ * refuses the swap; a smaller budget lowers the batch within the arena. */
+static void test_engine_cpu_swap_weights(void) {
+        model_t *a = NULL, *b = NULL, *c = NULL;
+        engine_t *e, *fresh;
+        engine_options_t o;
+        plan_t plan;
+        errbuf_t err;
+        float la[MODEL_CLASSES], lb[MODEL_CLASSES], got[MODEL_CLASSES];
+        char budget[32];
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&a, 5), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random(&b, 6), 0);
+        fresh = engine_test_open(b, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(fresh);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits(fresh, 77, lb), 0);
+        engine_free(fresh);
+
+        e = engine_test_open(a, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, la), 0);
+        CU_ASSERT(engine_test_rel(la, lb) > 0.1);       /* two different models */
+
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.max_batch = 2;
+        o.top_k = 3;
+        /* A budget below the weights: refused, and a still serves. */
+        o.device_budget = "50MiB";
+        CU_ASSERT_EQUAL(engine_swap_plan(e, b, &o, &plan, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "weights"));
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
+        CU_ASSERT(engine_test_rel(got, la) < 1e-6);
+
+        /* Busy: refused, nothing changed. */
+        o.device_budget = NULL;
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, b, &o, &plan, &err), 0);
+        CU_ASSERT_EQUAL(plan.max_batch, 2);
+        engine_test_fill(e, 0, 0, 77, RECORD_RGB8);
+        CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 1, &err), 0);
+        CU_ASSERT_EQUAL(engine_swap(e, b, &plan, &err), -EBUSY);
+        CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
+        CU_ASSERT(engine_test_rel(engine_slot_logits(e, 0), la) < 1e-6);
+
+        /* Idle: swapped; the old model can go. */
+        CU_ASSERT_EQUAL_FATAL(engine_swap(e, b, &plan, &err), 0);
+        model_free(a);
+        a = NULL;
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
+        CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
+
+        /* A budget that leaves room for one sample only: batch 1, carved in
+         * the same arena, still the new model's numbers. */
+        CU_ASSERT_EQUAL_FATAL(model_random(&c, 6), 0);
+        snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(plan.total_bytes -
+                                                                      plan.activation_bytes_per_sample / 2));
+        o.device_budget = budget;
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, c, &o, &plan, &err), 0);
+        CU_ASSERT_EQUAL(plan.max_batch, 1);
+        CU_ASSERT_EQUAL_FATAL(engine_swap(e, c, &plan, &err), 0);
+        model_free(b);
+        b = NULL;
+        CU_ASSERT_EQUAL(engine_max_batch(e), 1);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
+        CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
+        engine_free(e);
+        model_free(c);
+}
+
 int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
@@ -286,6 +380,7 @@ int test_engine_cpu_register(void) {
                 { "completion_fd", test_engine_cpu_completion_fd },
                 { "refuses_misuse", test_engine_cpu_refuses_misuse },
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
+                { "swap_weights", test_engine_cpu_swap_weights },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("engine_cpu", tests);

@@ -265,6 +265,16 @@ static void test_pipeline_live_settings_and_stats(void) {
         pipeline_get_stats(t.pipeline, &st);
         CU_ASSERT_EQUAL(st.batch_limit, 2);
 
+        /* After a model swap (idle): the limit follows the config's
+         * max_batch within the engine's batch. */
+        CU_ASSERT_EQUAL(pipeline_engine_swapped(t.pipeline, "sha256:000000000001", "fp32", 1000), 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.batch_limit, TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.batch_capacity, TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(pipeline_engine_swapped(t.pipeline, "sha256:000000000001", "fp32", 3), 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.batch_limit, 3);
+
         /* Nothing filling: the deadline is a no-op. */
         pipeline_delay_expired(t.pipeline);
         CU_ASSERT_EQUAL(t.arms, 0);
