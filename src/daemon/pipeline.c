@@ -24,6 +24,16 @@
 
 #define PIPELINE_PUMP_BUDGET 512
 
+/* A wait for the cap shorter than this leaves the records in librdkafka's
+ * queue instead of pausing: a pause drops what librdkafka prefetched, and
+ * librdkafka 2.0's broker thread notices a resume only at its next wake-up,
+ * up to a second later (measured: 0.9 s on the mock broker). Waits of a
+ * tenth of a second each followed by that would hold a cap of 150/s to
+ * about 35/s. The queue is bounded by the plan (queued.max.messages.kbytes),
+ * so librdkafka stops fetching by itself when it is full; rebalances and
+ * max.poll.interval.ms wait at most this long. */
+#define PIPELINE_CAP_HOLD_MAX_US (1000 * 1000ULL)
+
 struct pipeline {
         pipeline_ops_t ops;             /* copied */
         void *userdata;                 /* the owner's, handed back to ops */
@@ -65,6 +75,7 @@ struct pipeline {
          * (ops->arm_delay) is then the time the tokens will be there. */
         ratelimit_t cap;                /* images a second, a bucket of one batch; rate 0 = no cap */
         bool capped;                    /* the FILLING slot is ready and waits for tokens */
+        bool cap_short;                 /* ... for less than PIPELINE_CAP_HOLD_MAX_US: take nothing, do not pause */
         uint64_t cap_waits;             /* times a ready slot had to wait */
 
         /* Counted here, read by the owner through pipeline_get_stats. */
@@ -404,6 +415,7 @@ static int pipeline_submit_ready(pipeline_t *p, int slot) {
                 return r < 0 ? r : 1;
         }
         ready = ratelimit_ready_us(&p->cap, n, now);
+        p->cap_short = ready - now < PIPELINE_CAP_HOLD_MAX_US;
         if (!p->capped) {
                 p->capped = true;
                 p->cap_waits++;
@@ -468,7 +480,10 @@ void pipeline_delay_expired(pipeline_t *p) {
         if (slot < 0)
                 return;
         if (oldest + (uint64_t)p->max_delay_ms * 1000ULL <= pipeline_now_us() || pipeline_slot_full(p, slot)) {
-                if (pipeline_submit_ready(p, slot) > 0 && p->held_len > 0)
+                bool was_capped = p->capped;
+
+                /* Records may be held behind it, or left in the queue. */
+                if (pipeline_submit_ready(p, slot) > 0 && (was_capped || p->held_len > 0))
                         p->ops.pump_later(p->userdata);
         } else
                 pipeline_arm_delay(p, oldest);
@@ -599,6 +614,14 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         return 0;
 }
 
+/* Whether the cap stops the intake now: the FILLING slot is full and waits
+ * for its tokens. */
+static bool pipeline_cap_stops_intake(const pipeline_t *p) {
+        int slot = batch_filling(p->batch, NULL);
+
+        return p->capped && slot >= 0 && pipeline_slot_full(p, slot);
+}
+
 /* Pauses fetching while records are held or a drain runs; resumes after. */
 static void pipeline_update_pause(pipeline_t *p) {
         bool want = p->draining || p->intake_closed || p->held_len > 0;
@@ -632,6 +655,10 @@ void pipeline_pump(pipeline_t *p) {
                         else
                                 pipeline_held_pop(p);
                 }
+                /* A short wait for the cap: the records stay in librdkafka's
+                 * queue (see PIPELINE_CAP_HOLD_MAX_US); the deadline pumps. */
+                if (p->cap_short && pipeline_cap_stops_intake(p))
+                        break;
                 if (kafka_consume(p->kafka, &m) <= 0)
                         break;
                 if (blocked || p->held_len > 0 || pipeline_take(p, m) == -ENOBUFS) {
@@ -813,7 +840,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .max_images_per_s = (int)p->cap.rate_per_s,
                 .capped = p->capped,
                 .paused = kafka_is_paused(p->kafka),
-                .paused_by_cap = p->capped && kafka_is_paused(p->kafka),
+                .paused_by_cap = pipeline_cap_stops_intake(p),
                 .cap_waits = p->cap_waits,
         };
 }

@@ -17,7 +17,10 @@
  * [batching] max_images_per_s puts a token bucket (ratelimit.h, one batch
  * deep) in front of submission: a slot ready to go waits for its records'
  * tokens, and the records behind it are held, so fetching pauses the same
- * way; the batch-delay deadline wakes it when the tokens are there.
+ * way; the batch-delay deadline wakes it when the tokens are there. A wait
+ * under a second takes nothing from the consumer instead of pausing (a
+ * resume costs librdkafka up to a second; see pipeline.c), and librdkafka
+ * stops fetching once its planned queue is full.
  *
  * The pipeline knows nothing of its owner (the daemon): what it needs from
  * it goes up through pipeline_ops_t (stop with a failure, arm the
@@ -108,7 +111,8 @@ typedef struct pipeline_stats {
         int max_images_per_s;           /* the live cap; 0 = none */
         bool capped;                    /* a ready batch waits for the cap's tokens */
         bool paused;                    /* fetching is paused (back-pressure, the cap, a drain, the commit point) */
-        bool paused_by_cap;             /* paused while a batch waits for the cap (inferd_paused, cap's share) */
+        bool paused_by_cap;             /* the cap stops the intake now: a full batch waits for its tokens, and
+                                         * fetching is paused or the records are left in librdkafka's queue */
         uint64_t cap_waits;             /* counter: times a ready batch had to wait for the cap */
 } pipeline_stats_t;
 
