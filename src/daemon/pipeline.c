@@ -69,10 +69,12 @@ struct pipeline {
 
         /* [batching] max_images_per_s: a ready FILLING slot (full, or its
          * delay passed) is submitted only when the bucket has its records'
-         * tokens; until then it stays FILLING (capped), takes records while
-         * it has room, and once it is full the next record is held, which
-         * pauses fetching as back-pressure does. The batch-delay deadline
-         * (ops->arm_delay) is then the time the tokens will be there. */
+         * tokens; until then it stays FILLING (capped) and takes records
+         * while it has room. Once it is full, the intake stops: for a short
+         * wait the pump takes nothing more (see PIPELINE_CAP_HOLD_MAX_US),
+         * for a longer one the next record is held, which pauses fetching as
+         * back-pressure does. The batch-delay deadline (ops->arm_delay) is
+         * then the time the tokens will be there. */
         ratelimit_t cap;                /* images a second, a bucket of one batch; rate 0 = no cap */
         bool capped;                    /* the FILLING slot is ready and waits for tokens */
         bool cap_short;                 /* ... for less than PIPELINE_CAP_HOLD_MAX_US: take nothing, do not pause */
