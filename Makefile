@@ -6,7 +6,7 @@
 #   make demo       the main job on the embedded defaults
 #   make fuzz       the safetensors reader and the JPEG/PNG decode under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
-#   make install    the binaries, the unit and the configs under PREFIX (/usr/local)
+#   make install    the binaries, the unit, the configs and the alert rules under PREFIX (/usr/local)
 #   make deb        build/inferd_<VERSION>_amd64.deb, for `apt install ./build/inferd_*.deb`
 #
 # Variables: CUDA_ARCH="90 80" (compute capabilities), NVCC=path or NVCC= to
@@ -230,15 +230,19 @@ deps:
 # they go under $(SYSCONFDIR). Without DESTDIR (a real install, as root) the
 # user inferd and /var/lib/inferd are made at once; a staged install (DESTDIR,
 # `make deb`) leaves that to whoever installs the tree (the package's postinst).
+# The Prometheus alert rules are the package's data, not a conffile: they go
+# under $(PREFIX)/share (replaced on upgrade); an operator who changes a
+# threshold loads a copy from /etc/prometheus/ instead (see the README).
 SYSCONFDIR  ?= /etc
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSTEMD_LIB := $(if $(filter /usr,$(PREFIX)),/usr/lib,$(SYSCONFDIR))
 SYSUSERSDIR ?= $(SYSTEMD_LIB)/sysusers.d
 TMPFILESDIR ?= $(SYSTEMD_LIB)/tmpfiles.d
 DOCDIR      ?= $(PREFIX)/share/doc/inferd
+RULESDIR    ?= $(PREFIX)/share/inferd/prometheus
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd \
-		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(RULESDIR)
 	install -m 0755 $(PROGRAMS) $(SCRIPTS) $(DESTDIR)$(PREFIX)/bin/
 	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g; s|/usr/share/doc/inferd/|$(DOCDIR)/|g' \
 		systemd/inferd@.service >$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
@@ -246,6 +250,7 @@ install: all
 	install -m 0644 systemd/inferd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/inferd.conf
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	install -m 0644 etc/prometheus/inferd-alerts.yml $(DESTDIR)$(RULESDIR)/
 	@for f in etc/inferd/*.ini; do t=$(DESTDIR)$(SYSCONFDIR)/inferd/$${f##*/}; \
 		if [ -e "$$t" ]; then echo "kept $$t"; else install -m 0644 "$$f" "$$t" && echo "installed $$t"; fi; done
 	@if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then \

@@ -107,7 +107,7 @@ static const cfg_key_t cfg_keys[] = {
           "A partial batch is submitted after this long." },
 
         { "batching", "max_images_per_s", CFG_T_INT, "0", 0, 10000000, true, false, F(batching.max_images_per_s),
-          "Throughput cap (a token bucket before batch submission; fetching pauses at the cap); 0 = no cap." },
+          "Throughput cap in images a second: a token bucket one batch deep before batch submission; at the cap the daemon takes no more records, as under back-pressure. 0 = no cap." },
 
         { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
           "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },

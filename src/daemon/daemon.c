@@ -577,11 +577,12 @@ static void daemon_status(daemon_t *d, uint64_t t) {
         /* The partition count is what inferd-cutover reads (systemctl show
          * -p StatusText) to see that an instance holds every partition. */
         sd_notifyf(0, "STATUS=%.1f records/s, batch %.1f, %d/%d slots busy, %zu deliveries awaited, %" PRIu64
-                      " records, %" PRIu64 " to the DLQ, %d partition(s) assigned",
+                      " records, %" PRIu64 " to the DLQ%s%.0d%s, %d partition(s) assigned", /* %.0d prints nothing for 0 */
                    (double)(d->delivered - d->status_last_delivered) / secs,
                    nb ? (double)(st.batch_records - d->status_last_batch_records) / (double)nb : 0.0,
                    st.slots_in_flight, st.slots, batch_offsets_pending(d->offsets), st.records_in, st.dlq_out,
-                   kafka_assigned_count(d->kafka));
+                   st.max_images_per_s ? ", capped at " : "", st.max_images_per_s,
+                   st.max_images_per_s ? " images/s" : "", kafka_assigned_count(d->kafka));
         d->status_last_us = t;
         d->status_last_delivered = d->delivered;
         d->status_last_batches = st.batches;
@@ -886,6 +887,10 @@ static void daemon_reload(daemon_t *d) {
                 } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_delay_ms")) {
                         d->cfg->batching.max_delay_ms = next->batching.max_delay_ms;
                         pipeline_set_max_delay_ms(d->pipeline, next->batching.max_delay_ms);
+                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_images_per_s")) {
+                        /* 0 lifts the cap; a batch waiting for it goes now. */
+                        d->cfg->batching.max_images_per_s = next->batching.max_images_per_s;
+                        pipeline_set_max_images_per_s(d->pipeline, next->batching.max_images_per_s);
                 } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
                         int got = pipeline_set_max_batch(d->pipeline, next->memory.max_batch);
 
@@ -1172,6 +1177,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 .max_batch = d->cfg->memory.max_batch,
                 .top_k = d->cfg->service.top_k,
                 .max_delay_ms = d->cfg->batching.max_delay_ms,
+                .max_images_per_s = d->cfg->batching.max_images_per_s,
                 .meta = {
                         .model_id = d->model->id,
                         .backend = engine_backend(d->engine),
@@ -1195,7 +1201,9 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                                  daemon_on_decode_io, d)) < 0 ||
             (r = sd_event_add_time(d->event, &d->poll_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_POLL_INTERVAL_US,
                                    0, daemon_on_poll, d)) < 0 ||
-            (r = sd_event_add_time(d->event, &d->delay_timer, CLOCK_MONOTONIC, 0, 0, daemon_on_delay, d)) < 0 ||
+            /* Accuracy 1 us: 0 would be sd-event's default of 250 ms, which
+             * may fire a 5 ms batch delay, or the cap's wake-up, 250 ms late. */
+            (r = sd_event_add_time(d->event, &d->delay_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_delay, d)) < 0 ||
             (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
         sd_event_source_set_enabled(d->poll_timer, SD_EVENT_ON);
@@ -1218,6 +1226,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                  d->cfg->kafka.input_topic, d->cfg->kafka.brokers, d->cfg->kafka.group_id,
                  d->cfg->kafka.output_topic, d->cfg->kafka.dlq_topic);
         pipeline_get_stats(d->pipeline, &st);
+        if (st.max_images_per_s)
+                log_info("Throughput capped at %d images/s ([batching] max_images_per_s)", st.max_images_per_s);
         sd_notifyf(0, "READY=1\nSTATUS=Consuming %s, batch up to %d", d->cfg->kafka.input_topic, st.batch_limit);
         return 0;
 }

@@ -19,9 +19,20 @@
 #include <time.h>
 
 #include "daemon/log.h"
+#include "daemon/ratelimit.h"
 #include "core/record.h"
 
 #define PIPELINE_PUMP_BUDGET 512
+
+/* A wait for the cap shorter than this leaves the records in librdkafka's
+ * queue instead of pausing: a pause drops what librdkafka prefetched, and
+ * librdkafka 2.0's broker thread notices a resume only at its next wake-up,
+ * up to a second later (measured: 0.9 s on the mock broker). Waits of a
+ * tenth of a second each followed by that would hold a cap of 150/s to
+ * about 35/s. The queue is bounded by the plan (queued.max.messages.kbytes),
+ * so librdkafka stops fetching by itself when it is full; rebalances and
+ * max.poll.interval.ms wait at most this long. */
+#define PIPELINE_CAP_HOLD_MAX_US (1000 * 1000ULL)
 
 struct pipeline {
         pipeline_ops_t ops;             /* copied */
@@ -55,6 +66,19 @@ struct pipeline {
 
         bool draining;                  /* pipeline_begin_drain: take no more records */
         bool intake_closed;             /* pipeline_set_intake: take nothing new for now */
+
+        /* [batching] max_images_per_s: a ready FILLING slot (full, or its
+         * delay passed) is submitted only when the bucket has its records'
+         * tokens; until then it stays FILLING (capped) and takes records
+         * while it has room. Once it is full, the intake stops: for a short
+         * wait the pump takes nothing more (see PIPELINE_CAP_HOLD_MAX_US),
+         * for a longer one the next record is held, which pauses fetching as
+         * back-pressure does. The batch-delay deadline (ops->arm_delay) is
+         * then the time the tokens will be there. */
+        ratelimit_t cap;                /* images a second, a bucket of one batch; rate 0 = no cap */
+        bool capped;                    /* the FILLING slot is ready and waits for tokens */
+        bool cap_short;                 /* ... for less than PIPELINE_CAP_HOLD_MAX_US: take nothing, do not pause */
+        uint64_t cap_waits;             /* times a ready slot had to wait */
 
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
@@ -357,8 +381,9 @@ static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
 }
 
 /* Submits a FILLING slot: closed to new records at once (it counts as in
- * flight), and handed to the engine when its decodes are done. Returns 0,
- * or -errno after ops->fail. */
+ * flight), and handed to the engine when its decodes are done. The cap is
+ * not asked (pipeline_submit_ready asks it); a forced submission is charged
+ * to it. Returns 0, or -errno after ops->fail. */
 static int pipeline_submit(pipeline_t *p, int slot) {
         int n;
 
@@ -370,6 +395,37 @@ static int pipeline_submit(pipeline_t *p, int slot) {
                 return 0;
         }
         return pipeline_engine_submit(p, slot, n);
+}
+
+/* Whether the FILLING slot can take no more records: full by count, or by
+ * bytes (the next record could be float32). */
+static bool pipeline_slot_full(const pipeline_t *p, int slot) {
+        return batch_slot_count(p->batch, slot) >= batch_limit(p->batch) || !engine_slot_has_room(p->engine, slot);
+}
+
+/* The FILLING slot is ready (full, or its delay passed): submits it if the
+ * cap has its records' tokens, else leaves it FILLING (capped) and asks for
+ * the deadline at which they will be there. Returns 1 when it was
+ * submitted, 0 when it waits, -errno after ops->fail. */
+static int pipeline_submit_ready(pipeline_t *p, int slot) {
+        int n = batch_slot_count(p->batch, slot), r;
+        uint64_t now = pipeline_now_us(), ready;
+
+        if (ratelimit_take(&p->cap, n, now) == 0) {
+                p->capped = false;
+                r = pipeline_submit(p, slot);
+                return r < 0 ? r : 1;
+        }
+        ready = ratelimit_ready_us(&p->cap, n, now);
+        p->cap_short = ready - now < PIPELINE_CAP_HOLD_MAX_US;
+        if (!p->capped) {
+                p->capped = true;
+                p->cap_waits++;
+                log_debug("Batch of %d waits %.1f ms for [batching] max_images_per_s = %" PRId64, n,
+                          (double)(ready - now) / 1000.0, p->cap.rate_per_s);
+        }
+        p->ops.arm_delay(p->userdata, ready);
+        return 0;
 }
 
 int pipeline_decoded(pipeline_t *p) {
@@ -401,24 +457,37 @@ static void pipeline_arm_delay(pipeline_t *p, uint64_t oldest_us) {
         p->ops.arm_delay(p->userdata, oldest_us + (uint64_t)p->max_delay_ms * 1000ULL);
 }
 
+/* Goes now, whatever the cap says (no more records will come to fill it,
+ * or what is in flight must finish): charged to the cap, whose bucket may go
+ * into debt, so the rate over time still holds. */
 void pipeline_flush_filling(pipeline_t *p) {
         int slot = batch_filling(p->batch, NULL);
 
-        if (slot >= 0)
-                pipeline_submit(p, slot);
+        if (slot < 0)
+                return;
+        ratelimit_charge(&p->cap, batch_slot_count(p->batch, slot), pipeline_now_us());
+        p->capped = false;
+        pipeline_submit(p, slot);
 }
 
 /* The deadline is checked again: max_delay_ms may have been lowered or the
- * slot submitted and another started since the timer was armed. */
+ * slot submitted and another started since the timer was armed. The same
+ * deadline serves the cap: a capped slot is ready (its delay passed or it is
+ * full) and goes once the tokens are there; records held behind it are then
+ * taken at the next pump. */
 void pipeline_delay_expired(pipeline_t *p) {
         uint64_t oldest;
         int slot = batch_filling(p->batch, &oldest);
 
         if (slot < 0)
                 return;
-        if (oldest + (uint64_t)p->max_delay_ms * 1000ULL <= pipeline_now_us())
-                pipeline_submit(p, slot);
-        else
+        if (oldest + (uint64_t)p->max_delay_ms * 1000ULL <= pipeline_now_us() || pipeline_slot_full(p, slot)) {
+                bool was_capped = p->capped;
+
+                /* Records may be held behind it, or left in the queue. */
+                if (pipeline_submit_ready(p, slot) > 0 && (was_capped || p->held_len > 0))
+                        p->ops.pump_later(p->userdata);
+        } else
                 pipeline_arm_delay(p, oldest);
 }
 
@@ -506,8 +575,11 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 p->records_in++;
                 return 0;
         }
-        /* Back-pressure: no room in the slots, or in the decode queue. */
-        if (batch_is_busy(p->batch) || (record_is_encoded(fmt) && decode_pool_full(p->decode)))
+        /* Back-pressure: no room in the slots, or in the decode queue, or
+         * the FILLING slot is full and waits for the cap. */
+        slot = batch_filling(p->batch, NULL);
+        if (batch_is_busy(p->batch) || (record_is_encoded(fmt) && decode_pool_full(p->decode)) ||
+            (slot >= 0 && pipeline_slot_full(p, slot)))
                 return -ENOBUFS;
 
         full = batch_add(p->batch, m, pipeline_now_us(), &slot, &idx);
@@ -538,10 +610,18 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         p->records_in++;
         /* Full by count, or by bytes (the next record could be float32). */
         if (full || !engine_slot_has_room(p->engine, slot))
-                pipeline_submit(p, slot);
+                pipeline_submit_ready(p, slot);
         else if (idx == 0)
                 pipeline_arm_delay(p, e->arrived_us);
         return 0;
+}
+
+/* Whether the cap stops the intake now: the FILLING slot is full and waits
+ * for its tokens. */
+static bool pipeline_cap_stops_intake(const pipeline_t *p) {
+        int slot = batch_filling(p->batch, NULL);
+
+        return p->capped && slot >= 0 && pipeline_slot_full(p, slot);
 }
 
 /* Pauses fetching while records are held or a drain runs; resumes after. */
@@ -577,6 +657,10 @@ void pipeline_pump(pipeline_t *p) {
                         else
                                 pipeline_held_pop(p);
                 }
+                /* A short wait for the cap: the records stay in librdkafka's
+                 * queue (see PIPELINE_CAP_HOLD_MAX_US); the deadline pumps. */
+                if (p->cap_short && pipeline_cap_stops_intake(p))
+                        break;
                 if (kafka_consume(p->kafka, &m) <= 0)
                         break;
                 if (blocked || p->held_len > 0 || pipeline_take(p, m) == -ENOBUFS) {
@@ -641,6 +725,8 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         if (r < 0)
                 goto fail;
         pipeline_set_max_batch(p, cfg->max_batch);
+        assert(cfg->max_images_per_s >= 0);
+        ratelimit_set(&p->cap, cfg->max_images_per_s, batch_limit(p->batch), pipeline_now_us());
         p->slot_produced = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
         if (!p->slot_produced) {
                 r = -ENOMEM;
@@ -704,12 +790,39 @@ void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms) {
         p->max_delay_ms = max_delay_ms;
 }
 
+/* After a live change, the FILLING slot is looked at again: a capped one
+ * may go now or at another time, and one that a lower max_batch made full
+ * goes (or waits for the cap) instead of waiting for its delay. */
+static void pipeline_recheck_filling(pipeline_t *p) {
+        int slot = batch_filling(p->batch, NULL);
+
+        if (slot < 0) {
+                p->capped = false;
+                return;
+        }
+        if ((p->capped || pipeline_slot_full(p, slot)) && pipeline_submit_ready(p, slot) > 0)
+                p->ops.pump_later(p->userdata);
+}
+
 int pipeline_set_max_batch(pipeline_t *p, int max_batch) {
+        int got;
+
         /* The engine's batch, which a model swap may have lowered below the
          * batcher's capacity. */
         if (max_batch > engine_max_batch(p->engine))
                 max_batch = engine_max_batch(p->engine);
-        return batch_set_limit(p->batch, max_batch);
+        got = batch_set_limit(p->batch, max_batch);
+        /* The bucket holds one batch. */
+        if (ratelimit_enabled(&p->cap))
+                ratelimit_set(&p->cap, (int)p->cap.rate_per_s, got, pipeline_now_us());
+        pipeline_recheck_filling(p);
+        return got;
+}
+
+void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s) {
+        assert(max_images_per_s >= 0);
+        ratelimit_set(&p->cap, max_images_per_s, batch_limit(p->batch), pipeline_now_us());
+        pipeline_recheck_filling(p);
 }
 
 int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch) {
@@ -740,5 +853,10 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .top_k = p->top_k,
                 .engine_top_k = p->engine_top_k,
                 .last_progress_us = p->last_progress_us,
+                .max_images_per_s = (int)p->cap.rate_per_s,
+                .capped = p->capped,
+                .paused = kafka_is_paused(p->kafka),
+                .paused_by_cap = pipeline_cap_stops_intake(p),
+                .cap_waits = p->cap_waits,
         };
 }

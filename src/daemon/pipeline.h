@@ -14,6 +14,14 @@
  * full) waits, in order, among the held records, and fetching is paused
  * until there is room.
  *
+ * [batching] max_images_per_s puts a token bucket (ratelimit.h, one batch
+ * deep) in front of submission: a slot ready to go waits for its records'
+ * tokens, and the records behind it are held, so fetching pauses the same
+ * way; the batch-delay deadline wakes it when the tokens are there. A wait
+ * under a second takes nothing from the consumer instead of pausing (a
+ * resume costs librdkafka up to a second; see pipeline.c), and librdkafka
+ * stops fetching once its planned queue is full.
+ *
  * The pipeline knows nothing of its owner (the daemon): what it needs from
  * it goes up through pipeline_ops_t (stop with a failure, arm the
  * batch-delay timer, pump again soon), and the owner reads its counters with
@@ -57,10 +65,12 @@ typedef struct pipeline_ops {
          * error, out of memory): stop with this exit status. Why was logged. */
         void (*fail)(void *userdata, int status);
         /* Call pipeline_delay_expired once at deadline_us (the clock of
-         * pipeline_now_us), replacing any earlier deadline. */
+         * pipeline_now_us), replacing any earlier deadline: a partial
+         * batch's delay, or when the cap's tokens are there. */
         void (*arm_delay)(void *userdata, uint64_t deadline_us);
-        /* The pump stopped on its budget with records maybe still queued:
-         * call pipeline_pump again soon, after the other pending events. */
+        /* Records may be waiting (the pump stopped on its budget, or a
+         * capped slot went and records are held behind it): call
+         * pipeline_pump again soon, after the other pending events. */
         void (*pump_later)(void *userdata);
 } pipeline_ops_t;
 
@@ -73,6 +83,7 @@ typedef struct pipeline_config {
         int max_batch;                  /* the batch limit, clamped to the engine's batch */
         int top_k;                      /* classes per prediction, clamped to the engine's top-k */
         int max_delay_ms;               /* how long a partial batch may wait for more */
+        int max_images_per_s;           /* the throughput cap (token bucket before submission); 0 = none */
         prediction_meta_t meta;         /* copied; its strings and labels are borrowed */
         decode_pool_t *decode;          /* borrowed; NULL: JPEG/PNG records go to the DLQ undecoded. Its
                                          * capacity should be the engine's slots x batch. Free it before
@@ -97,6 +108,12 @@ typedef struct pipeline_stats {
         int top_k;                      /* the live top_k */
         int engine_top_k;               /* what the engine computes; top_k may not go above */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
+        int max_images_per_s;           /* the live cap; 0 = none */
+        bool capped;                    /* a ready batch waits for the cap's tokens */
+        bool paused;                    /* fetching is paused (back-pressure, the cap, a drain, the commit point) */
+        bool paused_by_cap;             /* the cap stops the intake now: a full batch waits for its tokens, and
+                                         * fetching is paused or the records are left in librdkafka's queue */
+        uint64_t cap_waits;             /* counter: times a ready batch had to wait for the cap */
 } pipeline_stats_t;
 
 /* The clock of every time the pipeline keeps or asks for: CLOCK_MONOTONIC
@@ -163,6 +180,9 @@ void pipeline_set_intake(pipeline_t *p, bool open);
 int pipeline_set_top_k(pipeline_t *p, int top_k);
 void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms);
 int pipeline_set_max_batch(pipeline_t *p, int max_batch);
+/* 0 lifts the cap: a batch waiting for it goes at once. The bucket keeps
+ * what it had earned, up to one batch. */
+void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s);
 
 /* After a model swap in place (engine_swap on the borrowed engine, with
  * nothing in the slots): predictions carry model_id and precision (borrowed

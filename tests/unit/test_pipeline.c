@@ -108,9 +108,10 @@ static void tp_fatal(void *userdata, const char *reason) {
         ((tp_t *)userdata)->fails++;
 }
 
-/* Produces TP_GOOD RGB8 records and one of a bad size (the DLQ's) to
- * "tp.in", with a plain producer of our own. Returns 0 or -1. */
-static int tp_feed(const char *bootstraps) {
+/* Produces n records to "tp.in", RGB8 but for the one at bad (-1: none),
+ * of a bad size (the DLQ's), with a plain producer of our own. Returns 0 or
+ * -1. */
+static int tp_feed_n(const char *bootstraps, int n, int bad) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
         char why[256], key[16];
@@ -129,9 +130,8 @@ static int tp_feed(const char *bootstraps) {
                 return -1;
         }
         /* conf belongs to rk now. */
-        for (int i = 0; i <= TP_GOOD && r == 0; i++) {
-                /* The bad one goes in the middle, between the two batches. */
-                size_t len = i == TP_MAX_BATCH ? 3 : RECORD_RGB8_BYTES;
+        for (int i = 0; i < n && r == 0; i++) {
+                size_t len = i == bad ? 3 : RECORD_RGB8_BYTES;
 
                 snprintf(key, sizeof(key), "k%d", i);
                 if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
@@ -146,9 +146,16 @@ static int tp_feed(const char *bootstraps) {
         return r;
 }
 
+/* TP_GOOD RGB8 records and one of a bad size, in the middle, between the
+ * two batches. */
+static int tp_feed(const char *bootstraps) {
+        return tp_feed_n(bootstraps, TP_GOOD + 1, TP_MAX_BATCH);
+}
+
 /* The mock cluster, the engine stand-in, Kafka and the pipeline, wired as
- * daemon_start wires them. Returns 0 or -1 (with a CUnit failure). */
-static int tp_setup(tp_t *t) {
+ * daemon_start wires them, with a throughput cap (0 = none). Returns 0 or
+ * -1 (with a CUnit failure). */
+static int tp_setup_capped(tp_t *t, int max_images_per_s) {
         static const kafka_callbacks_t cb = {
                 .assigned = tp_assigned,
                 .revoking = tp_revoking,
@@ -212,10 +219,15 @@ static int tp_setup(tp_t *t) {
                 .max_batch = TP_MAX_BATCH,
                 .top_k = 3,
                 .max_delay_ms = TP_MAX_DELAY_MS,
+                .max_images_per_s = max_images_per_s,
                 .meta = { .model_id = "none", .backend = engine_backend(t->engine), .precision = "fp32" },
         };
         CU_ASSERT_EQUAL_FATAL(pipeline_new(&t->pipeline, &pc, &ops, t), 0);
         return 0;
+}
+
+static int tp_setup(tp_t *t) {
+        return tp_setup_capped(t, 0);
 }
 
 static void tp_teardown(tp_t *t) {
@@ -399,11 +411,110 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
         tp_teardown(&t);
 }
 
+#define TP_CAP_RECORDS 12           /* three full batches of TP_MAX_BATCH */
+#define TP_CAP_PER_S 8
+
+/* The throughput cap: the first batch goes at once (a full bucket is one
+ * batch), the next two wait for their tokens (4 at 8/s: half a second
+ * each). A wait that short takes nothing more from the consumer (nothing
+ * held, fetching not paused: a resume would cost librdkafka up to a
+ * second). So the third batch cannot go less than a second after the
+ * first (measured from the start of the loop turn that submitted the
+ * first): a lower bound that the bucket guarantees, whatever the machine's
+ * load. Nothing is asserted about how soon it goes. */
+static void test_pipeline_cap_holds_batches(void) {
+        pipeline_stats_t st;
+        uint64_t end, turn_us, first_us = 0, third_us = 0;
+        bool seen_paused_by_cap = false;
+        tp_t t;
+
+        if (tp_setup_capped(&t, TP_CAP_PER_S) < 0)
+                return;
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.max_images_per_s, TP_CAP_PER_S);
+        CU_ASSERT_FALSE(st.capped);
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, TP_CAP_RECORDS, -1), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < TP_CAP_RECORDS && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end) {
+                turn_us = pipeline_now_us();
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+                if (st.batches >= 1 && !first_us)
+                        first_us = turn_us;
+                if (st.paused_by_cap) {
+                        seen_paused_by_cap = true;
+                        CU_ASSERT_TRUE(st.capped);
+                        CU_ASSERT_FALSE(st.paused);
+                        CU_ASSERT_EQUAL(st.records_held, 0);
+                }
+                if (st.batches >= 3 && !third_us)
+                        third_us = pipeline_now_us();
+        }
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_CAP_RECORDS);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.batches, 3);
+        CU_ASSERT_EQUAL(st.batch_records, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(st.cap_waits, 2);
+        CU_ASSERT_TRUE(seen_paused_by_cap);
+        CU_ASSERT_FALSE(st.capped);
+        CU_ASSERT(first_us > 0 &&
+                  third_us >= first_us + (uint64_t)(TP_CAP_RECORDS - TP_MAX_BATCH) * 1000000ULL / TP_CAP_PER_S);
+        /* The cap's wake-ups came through the batch-delay deadline. */
+        CU_ASSERT(t.arms >= 2);
+        tp_teardown(&t);
+}
+
+/* A long wait for the cap (4 s) pauses fetching as back-pressure does, with
+ * the next record held. A reload to 0 lifts the cap: the waiting batch goes
+ * at once, inside the call, and the held records are pumped again. */
+static void test_pipeline_cap_long_wait_pauses_then_lifted(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        int laters;
+        tp_t t;
+
+        /* One image a second: the second batch would wait 4 s. */
+        if (tp_setup_capped(&t, 1) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, TP_CAP_RECORDS, -1), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        do {
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+        } while (!(st.paused_by_cap && st.paused) && !t.fails && pipeline_now_us() < end);
+        CU_ASSERT_TRUE_FATAL(st.paused_by_cap && st.paused);
+        CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
+        CU_ASSERT(st.records_held >= 1);
+        CU_ASSERT_EQUAL(st.batches, 1);
+        laters = t.pump_laters;
+        pipeline_set_max_images_per_s(t.pipeline, 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.max_images_per_s, 0);
+        CU_ASSERT_FALSE(st.capped);
+        CU_ASSERT_EQUAL(st.batches, 2);
+        CU_ASSERT_EQUAL(t.pump_laters, laters + 1);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < TP_CAP_RECORDS && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_CAP_RECORDS);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.cap_waits, 1);
+        CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
+        tp_teardown(&t);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
                 { "records_to_predictions_and_dlq", test_pipeline_records_to_predictions_and_dlq },
                 { "intake_closed_takes_nothing", test_pipeline_intake_closed_takes_nothing },
+                { "cap_holds_batches", test_pipeline_cap_holds_batches },
+                { "cap_long_wait_pauses_then_lifted", test_pipeline_cap_long_wait_pauses_then_lifted },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);
