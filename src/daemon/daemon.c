@@ -25,12 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 
 #include "daemon/batch.h"
+#include "daemon/httpd.h"
 #include "daemon/kafka.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/pipebench.h"
 #include "daemon/pipeline.h"
 #include "core/labels.h"
@@ -44,6 +47,10 @@
 #define DAEMON_STATUS_INTERVAL_US (5 * 1000 * 1000ULL)
 #define DAEMON_PIPELINE_DEPTH 2
 #define DAEMON_START_EXTEND_US ((uint64_t)120 * 1000 * 1000)
+/* The costly numbers (/proc, the device's memory) are sampled this often,
+ * never by a scrape. */
+#define DAEMON_SAMPLE_INTERVAL_US (1000 * 1000ULL)
+#define DAEMON_METRICS_LAG_MAX 1024
 
 struct daemon {
         cfg_t *cfg;                     /* owned; live keys are updated on reload */
@@ -79,6 +86,18 @@ struct daemon {
         uint64_t delivered;
         uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
         uint64_t watchdog_usec;
+
+        /* Metrics ([metrics] listen): the server, and what the sampling
+         * timer last read; the counters are the pipeline's and Kafka's. */
+        httpd_t *httpd;
+        sd_event_source *sample_timer;
+        const char *version;            /* borrowed (daemon_set_version) */
+        bool reloading;
+        metrics_hist_t latency;         /* Kafka timestamp to the prediction's delivery report */
+        uint64_t reloads_applied, reloads_rejected;
+        bool have_process, have_gpu, gpu_failed;
+        metrics_process_t process;
+        engine_device_memory_t gpu;
 };
 
 /* The daemon's times are on the pipeline's clock, so that deadlines and
@@ -437,6 +456,13 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
                 return;
         }
         d->delivered++;
+        if (!t->dlq && t->timestamp_ms >= 0) {
+                struct timespec ts;
+
+                clock_gettime(CLOCK_REALTIME, &ts);
+                metrics_hist_observe(&d->latency, ((double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6 -
+                                                   (double)t->timestamp_ms) / 1e3);
+        }
         if (t->part_id > 0) {
                 r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
                 if (r == 1 && daemon_eos(d)) {
@@ -599,11 +625,14 @@ static void daemon_reload(daemon_t *d) {
         int r;
 
         sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
+        d->reloading = true;
         r = cfg_load(&next, d->config_path, &err);
         if (r < 0) {
                 log_error("Failed to reload '%s', keeping the running configuration: %s", d->config_path, err.msg);
+                d->reloads_rejected++;
                 goto done;
         }
+        d->reloads_applied++;
         cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
         daemon_stats(d, &st);
         if (n == 0)
@@ -651,6 +680,7 @@ static void daemon_reload(daemon_t *d) {
                             n - sizeof(changes) / sizeof(changes[0]));
 done:
         cfg_free(next);
+        d->reloading = false;
         sd_notify(0, "READY=1\nSTATUS=Reloaded");
 }
 
@@ -665,6 +695,145 @@ static int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *s
         }
         daemon_reload(d);
         return 0;
+}
+
+/* --- metrics ---------------------------------------------------------------------- */
+
+/* Start-up and a reload run inside one loop callback, so a request is
+ * never answered while "starting" or "reloading" hold (it waits in the
+ * socket's backlog and sees what follows); the states are exported for
+ * completeness and for any slower step that may come to run inside the loop. */
+static const char *daemon_state(const daemon_t *d) {
+        if (d->draining)
+                return "draining";
+        if (!d->started)
+                return "starting";
+        if (d->reloading)
+                return "reloading";
+        return "ready";
+}
+
+/* The costly numbers, once a second: /proc/self and the device's memory. */
+static void daemon_sample(daemon_t *d) {
+        errbuf_t err = {};
+        int r;
+
+        d->have_process = metrics_process_sample(&d->process) == 0;
+        if (!d->engine)
+                return;
+        r = engine_device_memory(d->engine, &d->gpu, &err);
+        d->have_gpu = r == 0;
+        if (r < 0 && r != -EOPNOTSUPP && !d->gpu_failed)
+                log_warning("%s; the GPU memory metrics are left out until it answers", err.msg);
+        d->gpu_failed = r < 0 && r != -EOPNOTSUPP;
+}
+
+static int daemon_on_sample(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)usec;
+        daemon_sample(d);
+        sd_event_source_set_time(s, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US);
+        return 0;
+}
+
+/* GET /metrics: formats what the counters and the last sample hold; reads
+ * nothing that can block. */
+static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
+        static metrics_lag_t lag[DAEMON_METRICS_LAG_MAX];       /* one loop thread: no concurrent scrapes */
+        metrics_snapshot_t s = {};
+        pipeline_stats_t st;
+        struct timespec now;
+
+        pipeline_get_stats(d->pipeline, &st);
+        s.predicted = st.predictions_out;
+        s.dead_lettered = st.dlq_out;
+        s.batches = st.batches;
+        s.dead_letters = st.dlq_codes;
+        s.n_dead_letters = st.n_dlq_codes;
+        s.batch_size = st.batch_size;
+        s.batch_seconds = st.batch_seconds;
+        s.latency_seconds = &d->latency;
+        if (d->kafka) {
+                clock_gettime(CLOCK_REALTIME, &now);
+                s.lag = lag;
+                s.n_lag = kafka_get_lag(d->kafka, lag, DAEMON_METRICS_LAG_MAX,
+                                        (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+                s.assigned_partitions = kafka_get_assigned(d->kafka);
+                s.paused = kafka_is_paused(d->kafka);
+                s.n_kafka_errors = kafka_get_errors(d->kafka, &s.kafka_errors);
+        }
+        s.slots = st.slots;
+        s.slots_busy = st.slots_in_flight;
+        if (d->engine) {
+                s.plan = engine_plan_of(d->engine);
+                s.backend = engine_backend(d->engine);
+                s.precision = precision_name(engine_precision(d->engine));
+        }
+        s.have_gpu = d->have_gpu;
+        s.gpu_used_bytes = d->gpu.used_bytes;
+        s.gpu_total_bytes = d->gpu.total_bytes;
+        s.gpu_arena_bytes = d->gpu.arena_bytes;
+        s.state = daemon_state(d);
+        s.version = d->version;
+        s.model = d->model ? d->model->id : NULL;
+        s.reloads_applied = d->reloads_applied;
+        s.reloads_rejected = d->reloads_rejected;
+        s.have_process = d->have_process;
+        s.process = d->process;
+        return metrics_format(&s, ret, len);
+}
+
+static int daemon_text(httpd_response_t *ret, unsigned status, const char *text) {
+        ret->status = status;
+        ret->content_type = "text/plain; charset=utf-8";
+        if (asprintf(&ret->body, "%s\n", text) < 0) {
+                ret->body = NULL;
+                return -ENOMEM;
+        }
+        ret->len = strlen(ret->body);
+        return 0;
+}
+
+static int daemon_on_http(void *userdata, const char *path, httpd_response_t *ret) {
+        daemon_t *d = userdata;
+        const char *state;
+
+        if (!strcmp(path, "/metrics")) {
+                ret->status = 200;
+                ret->content_type = METRICS_CONTENT_TYPE;
+                return daemon_metrics(d, &ret->body, &ret->len);
+        }
+        if (!strcmp(path, "/healthz")) {
+                /* Ready: started, consuming, neither reloading nor draining
+                 * nor stopping on a failure. */
+                state = d->exit_status ? "stopping" : daemon_state(d);
+                return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
+        }
+        return daemon_text(ret, 404, "not found: GET /metrics or /healthz");
+}
+
+/* The endpoint first, before anything slow: a port that cannot be bound
+ * stops the start at once, naming the address. */
+static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
+        int r;
+
+        if (!d->cfg->metrics.listen[0])
+                return 0;
+        r = httpd_new(&d->httpd, d->event, d->cfg->metrics.listen, daemon_on_http, d, err);
+        if (r < 0)
+                return errbuf_prefix(err, r, "[metrics] listen");
+        r = sd_event_add_time(d->event, &d->sample_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US,
+                              0, daemon_on_sample, d);
+        if (r < 0)
+                return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
+        sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
+        log_info("Metrics on http://%s/metrics and /healthz", d->cfg->metrics.listen);
+        return 0;
+}
+
+void daemon_set_version(daemon_t *d, const char *version) {
+        d->version = version;
 }
 
 /* --- life cycle --------------------------------------------------------------------- */
@@ -700,6 +869,7 @@ int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *er
                 errbuf_set(err, r, "Failed to add the signal sources: %s", strerror(-r));
                 goto fail;
         }
+        metrics_hist_init(&d->latency, METRICS_HIST_LATENCY_SECONDS);
         log_setup(cfg->service.instance, LOG_TARGET_AUTO);
         log_set_level(cfg->service.log_level);
         *ret = d;
@@ -724,6 +894,8 @@ void daemon_free(daemon_t *d) {
         /* Then Kafka, before the rest: its callbacks point into d. */
         kafka_free(d->kafka);
         d->kafka = NULL;
+        httpd_free(d->httpd);
+        sd_event_source_unref(d->sample_timer);
         sd_event_source_unref(d->sig_term);
         sd_event_source_unref(d->sig_int);
         sd_event_source_unref(d->sig_hup);
@@ -804,6 +976,9 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         uint64_t kafka_bytes;
         int r;
 
+        r = daemon_metrics_start(d, err);
+        if (r < 0)
+                return r;
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Loading %s", DAEMON_START_EXTEND_US,
                    d->cfg->model.weights);
         if (d->bench_pipeline) {
@@ -933,6 +1108,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 return r;
         d->started = true;
         d->status_last_us = daemon_now_us();
+        daemon_sample(d);
         log_info("Consuming '%s' from %s as group '%s': predictions to '%s', refused records to '%s'",
                  d->cfg->kafka.input_topic, d->cfg->kafka.brokers, d->cfg->kafka.group_id,
                  d->cfg->kafka.output_topic, d->cfg->kafka.dlq_topic);

@@ -59,6 +59,13 @@ enum {
         ENGINE_SLOT_DONE,       /* results ready until the next submit */
 };
 
+/* The device's memory as the driver sees it (engine_device_memory). */
+typedef struct engine_device_memory {
+        uint64_t used_bytes;    /* in use on the device, by every process */
+        uint64_t total_bytes;   /* the device's capacity */
+        uint64_t arena_bytes;   /* what this engine holds: its one arena */
+} engine_device_memory_t;
+
 typedef struct engine_ops {
         const char *name;       /* "cpu", "cuda" */
         int (*open)(engine_t *e, errbuf_t *err);        /* fills e->impl, carves the arena */
@@ -69,6 +76,8 @@ typedef struct engine_ops {
         const float *(*slot_logits)(engine_t *e, int slot);     /* (n, 1000) fp32 */
         const engine_topk_t *(*slot_topk)(engine_t *e, int slot);       /* (n, top_k) */
         int (*completion_fd)(engine_t *e);
+        /* NULL for an engine without a device of its own (the CPU's). */
+        int (*device_memory)(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 } engine_ops_t;
 
 struct engine {
@@ -163,6 +172,12 @@ int engine_reap(engine_t *e, int *slot, errbuf_t *err);
 /* Blocks until slot completes (poll on the completion fd, then reap). For
  * callers without an event loop, such as inferd-run. */
 int engine_wait(engine_t *e, int slot, errbuf_t *err);
+
+/* Asks the driver for the device's memory (cudaMemGetInfo): a call into
+ * the driver, cheap but not free, so the daemon samples it on a timer.
+ * -EOPNOTSUPP for an engine without a device (the CPU engine); -EIO with
+ * CUDA's sentence when the driver fails. */
+int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 
 /* Results of a completed slot: logits (n, 1000) fp32, and top-k (n, top_k)
  * sorted by descending score; a row whose logits are not finite is marked
