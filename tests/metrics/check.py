@@ -68,12 +68,16 @@ def counts(scrape, predictions, dlq_codes):
     size_count = get(s, 'inferd_batch_size_count')
     size_sum = get(s, 'inferd_batch_size_sum')
     dur_count = get(s, 'inferd_batch_duration_seconds_count')
-    # Batched: every prediction, and the records refused after their batch
-    # ran (a non-finite output); the others were refused before batching.
-    batched = n_pred + codes.count('non-finite-output')
-    check('metrics/batches', batches and batches == size_count == dur_count and size_sum == batched,
-          'batches_total %s, batch_size count %s sum %s, batch_duration count %s; %d records batched'
-          % (batches, size_count, size_sum, dur_count, batched))
+    # Batched: every prediction, and the records refused after they took a
+    # place in a batch: a non-finite output, or a JPEG/PNG the decode pool
+    # refused (decode-failed or too-large; the same codes are given before
+    # batching to records whose bytes are refused at once).
+    lo = n_pred + codes.count('non-finite-output')
+    hi = lo + codes.count('decode-failed') + codes.count('too-large')
+    check('metrics/batches', batches and batches == size_count == dur_count and size_sum is not None
+          and lo <= size_sum <= hi,
+          'batches_total %s, batch_size count %s sum %s, batch_duration count %s; %d to %d records batched'
+          % (batches, size_count, size_sum, dur_count, lo, hi))
     lat = get(s, 'inferd_record_latency_seconds_count')
     inf = get(s, 'inferd_record_latency_seconds_bucket', le='+Inf')
     check('metrics/latency', lat == n_pred and inf == n_pred and get(s, 'inferd_record_latency_seconds_sum') > 0,
