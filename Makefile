@@ -44,7 +44,7 @@ VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
 CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng
-DAEMON_PKGS := rdkafka libsystemd
+DAEMON_PKGS := rdkafka libsystemd libmicrohttpd
 # Set DEPS_PREFIX to a folder of unpacked .deb files (tools/gpu-check) to build
 # the engine where these Debian packages are not installed.
 ifdef DEPS_PREFIX
@@ -128,7 +128,7 @@ $(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) 
 #   src/engine   the engine interface, the CPU engine and its ops, the CUDA plan terms
 #   src/decode   JPEG/PNG to 224x224 RGB8 (libjpeg-turbo, libspng) and the resize; uses only src/core
 #   cuda/        the CUDA engine (when nvcc is found)
-#   src/daemon   the loop, pipeline, Kafka, batch, config, log
+#   src/daemon   the loop, pipeline, Kafka, batch, config, log, metrics and its HTTP server
 #   src/cmd      the mains
 # The core, decode and engine layers need no Kafka or systemd and make libinferd-core.a;
 # the daemon layer makes libinferd-daemon.a.

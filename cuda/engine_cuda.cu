@@ -917,6 +917,24 @@ static int cuda_completion_fd(engine_t *e) {
         return ce ? ce->efd : -1;
 }
 
+/* The device-wide numbers of the incident's alert: used and total from the
+ * driver, and the arena this engine holds. On the loop thread, whose
+ * device open selected. */
+static int cuda_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+        size_t free_b = 0, total_b = 0;
+        cudaError_t c;
+
+        if (!ce)
+                return -ENODEV;
+        if ((c = cudaSetDevice(e->device)) != cudaSuccess || (c = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
+                return errbuf_set(err, -EIO, "Failed to ask the device for its memory: %s", cudaGetErrorString(c));
+        ret->total_bytes = total_b;
+        ret->used_bytes = total_b - free_b;
+        ret->arena_bytes = ce->L.arena_bytes;
+        return 0;
+}
+
 extern "C" const engine_ops_t engine_cuda_ops = {
         "cuda",
         cuda_open,
@@ -929,4 +947,5 @@ extern "C" const engine_ops_t engine_cuda_ops = {
         cuda_completion_fd,
         cuda_swap_fits,
         cuda_swap,
+        cuda_device_memory,
 };

@@ -322,6 +322,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         daemon_set_bench_pipeline(d, bench_pipeline);
+        daemon_set_version(d, INFERD_VERSION);
         r = daemon_start(d, &err);
         if (r < 0) {
                 log_error("Failed to start: %s", err.msg[0] ? err.msg : strerror(-r));

@@ -26,14 +26,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/batch.h"
+#include "daemon/httpd.h"
 #include "daemon/kafka.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/pipebench.h"
 #include "daemon/pipeline.h"
 #include "core/labels.h"
@@ -47,6 +51,10 @@
 #define DAEMON_STATUS_INTERVAL_US (5 * 1000 * 1000ULL)
 #define DAEMON_PIPELINE_DEPTH 2
 #define DAEMON_START_EXTEND_US ((uint64_t)120 * 1000 * 1000)
+/* The costly numbers (/proc, the device's memory) are sampled this often,
+ * never by a scrape. */
+#define DAEMON_SAMPLE_INTERVAL_US (1000 * 1000ULL)
+#define DAEMON_METRICS_LAG_MAX 1024
 
 struct daemon {
         cfg_t *cfg;                     /* owned; live keys are updated on reload */
@@ -89,6 +97,12 @@ struct daemon {
         int stage_efd;                  /* eventfd: the thread is done */
         sd_event_source *stage_io;
         model_t *stage_model;           /* the thread's result; owned from the join on */
+        struct stat stage_stat;         /* the staged file's identity, read before its load */
+        bool stage_have_stat;
+        /* The identity of the weights file the running model came from, so
+         * that a reload notices a new file written at the same path. */
+        struct stat weights_stat;
+        bool have_weights_stat;
         int stage_r;
         errbuf_t stage_err;
         model_t *swap_model;            /* owned: staged, its plan checked, waiting for the slots to empty */
@@ -100,6 +114,17 @@ struct daemon {
         uint64_t delivered;
         uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
         uint64_t watchdog_usec;
+
+        /* Metrics ([metrics] listen): the server, and what the sampling
+         * timer last read; the counters are the pipeline's and Kafka's. */
+        httpd_t *httpd;
+        sd_event_source *sample_timer;
+        const char *version;            /* borrowed (daemon_set_version) */
+        bool reloading;
+        metrics_hist_t latency;         /* Kafka timestamp to the prediction's delivery report */
+        bool have_process, have_gpu, gpu_failed;
+        metrics_process_t process;
+        engine_device_memory_t gpu;
 };
 
 /* The daemon's times are on the pipeline's clock, so that deadlines and
@@ -471,6 +496,13 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
                 return;
         }
         d->delivered++;
+        if (!t->dlq && t->timestamp_ms >= 0) {
+                struct timespec ts;
+
+                clock_gettime(CLOCK_REALTIME, &ts);
+                metrics_hist_observe(&d->latency, ((double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6 -
+                                                   (double)t->timestamp_ms) / 1e3);
+        }
         if (t->part_id > 0) {
                 r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
                 if (r == 1 && daemon_eos(d)) {
@@ -654,6 +686,7 @@ static void daemon_swap_end(daemon_t *d, const char *result) {
                 daemon_pump(d);
         }
         d->swap_paused_us = 0;
+        d->reloading = false;
         if (!d->draining && !d->exit_status)
                 sd_notify(0, "READY=1\nSTATUS=Reloaded");
 }
@@ -695,6 +728,8 @@ static void daemon_swap_apply(daemon_t *d) {
         d->swap_model = NULL;
         model_free(old);
         memcpy(d->cfg->model.weights, d->swap_cfg->model.weights, sizeof(d->cfg->model.weights));
+        d->weights_stat = d->stage_stat;
+        d->have_weights_stat = d->stage_have_stat;
         d->cfg->model.precision = d->swap_cfg->model.precision;
         memcpy(d->cfg->memory.gpu_budget, d->swap_cfg->memory.gpu_budget, sizeof(d->cfg->memory.gpu_budget));
         d->cfg->memory.gpu_budget_is_percent = d->swap_cfg->memory.gpu_budget_is_percent;
@@ -731,6 +766,7 @@ static void *daemon_stage_main(void *userdata) {
         daemon_t *d = userdata;
         uint64_t one = 1;
 
+        d->stage_have_stat = stat(d->swap_cfg->model.weights, &d->stage_stat) == 0;
         d->stage_r = model_load(&d->stage_model, d->swap_cfg->model.weights, &d->stage_err);
         if (write(d->stage_efd, &one, sizeof(one)) != sizeof(one))
                 abort();        /* an eventfd write of 1 cannot fail */
@@ -818,6 +854,26 @@ static void daemon_swap_begin(daemon_t *d, cfg_t *next) {
         d->stage_running = true;
 }
 
+/* Whether the file at path (the running model's path) is no longer the one
+ * the running model was loaded from: a new file written or renamed over it.
+ * A file that is gone is not a new model (it is logged: a restart would
+ * fail). */
+static bool daemon_weights_replaced(daemon_t *d, const char *path) {
+        struct stat sb;
+
+        if (!d->have_weights_stat)
+                return false;
+        if (stat(path, &sb) < 0) {
+                log_warning("Reload: the running model's file '%s' cannot be read (%s); it keeps serving, but a "
+                            "restart would fail",
+                            path, strerror(errno));
+                return false;
+        }
+        return sb.st_dev != d->weights_stat.st_dev || sb.st_ino != d->weights_stat.st_ino ||
+               sb.st_size != d->weights_stat.st_size || sb.st_mtim.tv_sec != d->weights_stat.st_mtim.tv_sec ||
+               sb.st_mtim.tv_nsec != d->weights_stat.st_mtim.tv_nsec;
+}
+
 /* [model] weights and precision and the budgets are taken by a swap. */
 static bool daemon_is_swap_key(const cfg_change_t *c) {
         return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision"))) ||
@@ -841,6 +897,7 @@ static void daemon_reload(daemon_t *d) {
         bool swap = false;
 
         sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
+        d->reloading = true;
         r = cfg_load(&next, d->config_path, &err);
         if (r < 0) {
                 log_error("Failed to reload '%s', keeping the running configuration: %s", d->config_path, err.msg);
@@ -850,7 +907,7 @@ static void daemon_reload(daemon_t *d) {
         cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
         daemon_stats(d, &st);
         if (n == 0)
-                log_info("Reloaded '%s': nothing changed", d->config_path);
+                log_info("Reloaded '%s': no key changed", d->config_path);
         for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
                 const cfg_change_t *c = &changes[i];
 
@@ -910,6 +967,12 @@ static void daemon_reload(daemon_t *d) {
         if (n > sizeof(changes) / sizeof(changes[0]))
                 log_warning("Reload: %zu more changes not listed; they need a restart",
                             n - sizeof(changes) / sizeof(changes[0]));
+        if (!swap && !strcmp(next->model.weights, d->cfg->model.weights) &&
+            daemon_weights_replaced(d, next->model.weights)) {
+                log_info("Reload: '%s' is a new file at the same path: swapping the model in place",
+                         next->model.weights);
+                swap = true;
+        }
         if (swap) {
                 /* READY=1 comes when the swap ends (daemon_swap_end). */
                 daemon_swap_begin(d, next);
@@ -918,6 +981,7 @@ static void daemon_reload(daemon_t *d) {
         d->reload_stats.reloads_applied++;
 done:
         cfg_free(next);
+        d->reloading = false;
         sd_notify(0, "READY=1\nSTATUS=Reloaded");
 }
 
@@ -936,6 +1000,156 @@ static int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *s
         }
         daemon_reload(d);
         return 0;
+}
+
+/* --- metrics ---------------------------------------------------------------------- */
+
+/* Start-up runs before the loop: its long steps (loading the weights,
+ * opening the engine, Kafka's transactions) hold the thread, and the
+ * requests that arrive meanwhile are answered between them
+ * (daemon_serve_starting), so they see "starting". A reload's model swap
+ * stages and drains while the loop runs, so it is seen as "reloading" until
+ * the swap ends; a reload without a swap ends within its callback. */
+static const char *daemon_state(const daemon_t *d) {
+        if (d->draining)
+                return "draining";
+        if (!d->started)
+                return "starting";
+        if (d->reloading)
+                return "reloading";
+        return "ready";
+}
+
+/* The costly numbers, once a second: /proc/self and the device's memory. */
+static void daemon_sample(daemon_t *d) {
+        errbuf_t err = {};
+        int r;
+
+        d->have_process = metrics_process_sample(&d->process) == 0;
+        if (!d->engine)
+                return;
+        r = engine_device_memory(d->engine, &d->gpu, &err);
+        d->have_gpu = r == 0;
+        if (r < 0 && r != -EOPNOTSUPP && !d->gpu_failed)
+                log_warning("%s; the GPU memory metrics are left out until it answers", err.msg);
+        d->gpu_failed = r < 0 && r != -EOPNOTSUPP;
+}
+
+static int daemon_on_sample(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)usec;
+        daemon_sample(d);
+        sd_event_source_set_time(s, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US);
+        return 0;
+}
+
+/* GET /metrics: formats what the counters and the last sample hold; reads
+ * nothing that can block. */
+static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
+        static metrics_lag_t lag[DAEMON_METRICS_LAG_MAX];       /* one loop thread: no concurrent scrapes */
+        metrics_snapshot_t s = {};
+        pipeline_stats_t st;
+        struct timespec now;
+
+        if (d->pipeline)
+                pipeline_get_stats(d->pipeline, &st);
+        else
+                st = (pipeline_stats_t){};      /* starting: no pipeline yet */
+        s.predicted = st.predictions_out;
+        s.dead_lettered = st.dlq_out;
+        s.batches = st.batches;
+        s.dead_letters = st.dlq_codes;
+        s.n_dead_letters = st.n_dlq_codes;
+        s.batch_size = st.batch_size;
+        s.batch_seconds = st.batch_seconds;
+        s.latency_seconds = &d->latency;
+        if (d->kafka) {
+                clock_gettime(CLOCK_REALTIME, &now);
+                s.lag = lag;
+                s.n_lag = kafka_get_lag(d->kafka, lag, DAEMON_METRICS_LAG_MAX,
+                                        (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+                s.assigned_partitions = kafka_get_assigned(d->kafka);
+                /* Back-pressure, or the throughput cap holding records. */
+                s.paused = kafka_is_paused(d->kafka) || st.paused_by_cap;
+                s.n_kafka_errors = kafka_get_errors(d->kafka, &s.kafka_errors);
+        }
+        s.slots = st.slots;
+        s.slots_busy = st.slots_in_flight;
+        if (d->engine) {
+                s.plan = engine_plan_of(d->engine);
+                s.backend = engine_backend(d->engine);
+                s.precision = precision_name(engine_precision(d->engine));
+        }
+        s.have_gpu = d->have_gpu;
+        s.gpu_used_bytes = d->gpu.used_bytes;
+        s.gpu_total_bytes = d->gpu.total_bytes;
+        s.gpu_arena_bytes = d->gpu.arena_bytes;
+        s.state = daemon_state(d);
+        s.version = d->version;
+        s.model = d->model ? d->model->id : NULL;
+        s.reloads_applied = d->reload_stats.reloads_applied;
+        s.reloads_rejected = d->reload_stats.reloads_rejected;
+        s.swaps_applied = d->reload_stats.swaps_applied;
+        s.swaps_rejected = d->reload_stats.swaps_rejected;
+        s.swaps_failed = d->reload_stats.swaps_failed;
+        s.last_swap_s = d->reload_stats.last_swap_s;
+        s.last_swap_pause_s = d->reload_stats.last_swap_pause_s;
+        s.have_process = d->have_process;
+        s.process = d->process;
+        return metrics_format(&s, ret, len);
+}
+
+static int daemon_text(httpd_response_t *ret, unsigned status, const char *text) {
+        ret->status = status;
+        ret->content_type = "text/plain; charset=utf-8";
+        if (asprintf(&ret->body, "%s\n", text) < 0) {
+                ret->body = NULL;
+                return -ENOMEM;
+        }
+        ret->len = strlen(ret->body);
+        return 0;
+}
+
+static int daemon_on_http(void *userdata, const char *path, httpd_response_t *ret) {
+        daemon_t *d = userdata;
+        const char *state;
+
+        if (!strcmp(path, "/metrics")) {
+                ret->status = 200;
+                ret->content_type = METRICS_CONTENT_TYPE;
+                return daemon_metrics(d, &ret->body, &ret->len);
+        }
+        if (!strcmp(path, "/healthz")) {
+                /* Ready: started, consuming, neither reloading nor draining
+                 * nor stopping on a failure. */
+                state = d->exit_status ? "stopping" : daemon_state(d);
+                return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
+        }
+        return daemon_text(ret, 404, "not found: GET /metrics or /healthz");
+}
+
+/* The endpoint first, before anything slow: a port that cannot be bound
+ * stops the start at once, naming the address. */
+static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
+        int r;
+
+        if (!d->cfg->metrics.listen[0])
+                return 0;
+        r = httpd_new(&d->httpd, d->event, d->cfg->metrics.listen, daemon_on_http, d, err);
+        if (r < 0)
+                return errbuf_prefix(err, r, "[metrics] listen");
+        r = sd_event_add_time(d->event, &d->sample_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US,
+                              0, daemon_on_sample, d);
+        if (r < 0)
+                return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
+        sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
+        log_info("Metrics on http://%s/metrics and /healthz", d->cfg->metrics.listen);
+        return 0;
+}
+
+void daemon_set_version(daemon_t *d, const char *version) {
+        d->version = version;
 }
 
 /* --- life cycle --------------------------------------------------------------------- */
@@ -978,6 +1192,7 @@ int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *er
                 errbuf_set(err, r, "Failed to add the signal sources: %s", strerror(-r));
                 goto fail;
         }
+        metrics_hist_init(&d->latency, METRICS_HIST_LATENCY_SECONDS);
         log_setup(cfg->service.instance, LOG_TARGET_AUTO);
         log_set_level(cfg->service.log_level);
         *ret = d;
@@ -1010,6 +1225,8 @@ void daemon_free(daemon_t *d) {
         /* Then Kafka, before the rest: its callbacks point into d. */
         kafka_free(d->kafka);
         d->kafka = NULL;
+        httpd_free(d->httpd);
+        sd_event_source_unref(d->sample_timer);
         sd_event_source_unref(d->sig_term);
         sd_event_source_unref(d->sig_int);
         sd_event_source_unref(d->sig_hup);
@@ -1068,6 +1285,12 @@ int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, 
         return r;
 }
 
+/* Between start-up's long steps: the metrics requests that waited meanwhile
+ * are answered ("starting"; the metrics known so far). */
+static void daemon_serve_starting(daemon_t *d) {
+        httpd_serve_pending(d->httpd);
+}
+
 int daemon_start(daemon_t *d, errbuf_t *err) {
         const kafka_callbacks_t cb = {
                 .assigned = daemon_on_assigned,
@@ -1090,6 +1313,9 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         uint64_t kafka_bytes;
         int r;
 
+        r = daemon_metrics_start(d, err);
+        if (r < 0)
+                return r;
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Loading %s", DAEMON_START_EXTEND_US,
                    d->cfg->model.weights);
         if (d->bench_pipeline) {
@@ -1099,6 +1325,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                         return errbuf_set(err, r, "Failed to describe the model: %s", strerror(-r));
                 snprintf(d->model->id, sizeof(d->model->id), "none");
         } else {
+                d->have_weights_stat = stat(d->cfg->model.weights, &d->weights_stat) == 0;
                 r = model_load(&d->model, d->cfg->model.weights, err);
                 if (r < 0)
                         return r;
@@ -1108,6 +1335,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 if (r < 0)
                         return r;
         }
+        daemon_serve_starting(d);
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Planning and opening the engine",
                    DAEMON_START_EXTEND_US);
         daemon_engine_options(d->cfg, &o, host, sizeof(host));
@@ -1131,6 +1359,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         }
         if (warning[0])
                 log_warning("%s", warning);
+        daemon_serve_starting(d);
         plan = engine_plan_of(d->engine);
         log_info("Engine %s %s: batch %d, %d slots, device plan %s", engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine), engine_slots(d->engine),
@@ -1154,6 +1383,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                         return r;
                 log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",
                          d->cfg->kafka.transaction_max_ms);
+                daemon_serve_starting(d);
         }
         /* The decode contexts the plan counted (daemon_engine_options), one
          * job per slot position. */
@@ -1222,6 +1452,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 return r;
         d->started = true;
         d->status_last_us = daemon_now_us();
+        daemon_sample(d);
         log_info("Consuming '%s' from %s as group '%s': predictions to '%s', refused records to '%s'",
                  d->cfg->kafka.input_topic, d->cfg->kafka.brokers, d->cfg->kafka.group_id,
                  d->cfg->kafka.output_topic, d->cfg->kafka.dlq_topic);

@@ -4,7 +4,7 @@
  * engine, the Kafka handles, the batcher and the offset store, and every
  * event source (the consumer's and producer's queue fds, the engine's
  * completion fd, SIGTERM/SIGINT/SIGHUP, the poll, batch-delay, drain,
- * status and watchdog timers). It wires them into the pipeline: validate,
+ * status, watchdog and metrics-sampling timers, and the metrics server). It wires them into the pipeline: validate,
  * pack, submit, produce, store offsets after delivery, commit. It also
  * speaks sd_notify (READY, STATUS, RELOADING, STOPPING, WATCHDOG,
  * EXTEND_TIMEOUT_USEC).
@@ -54,7 +54,12 @@ void daemon_get_reload_stats(const daemon_t *d, daemon_reload_stats_t *ret);
  * `inferd --bench-pipeline` only; never a config choice. */
 void daemon_set_bench_pipeline(daemon_t *d, bool on);
 
-/* Loads the weights, opens the engine, creates the Kafka handles and
+/* The version build_info reports (the daemon layer does not carry it). The
+ * string is borrowed and must outlive d. */
+void daemon_set_version(daemon_t *d, const char *version);
+
+/* Starts the metrics endpoint ([metrics] listen; a port that cannot be
+ * bound is an error naming the address), loads the weights, opens the engine, creates the Kafka handles and
  * subscribes, then sends READY=1. */
 int daemon_start(daemon_t *d, errbuf_t *err);
 

@@ -4,6 +4,7 @@
 #include "daemon/kafka.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -11,7 +12,22 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "daemon/log.h"
+
+/* The metrics' view of the input topic's partitions: one entry per
+ * partition seen assigned, kept (unassigned) after a revoke so that the
+ * array never shrinks while the loop runs. */
+typedef struct kafka_part {
+        int32_t partition;
+        bool assigned;
+        int64_t lag_records;            /* from the last statistics; -1 = not known yet */
+        int64_t last_taken_ts_ms;       /* the Kafka timestamp of the last record consumed; -1 = none */
+} kafka_part_t;
+
+#define KAFKA_ERROR_KINDS_MAX 32
+#define KAFKA_STATS_INTERVAL_MS "1000"
 
 struct kafka {
         rd_kafka_t *consumer;
@@ -27,6 +43,13 @@ struct kafka {
         bool closed;
         bool transactional;             /* [kafka] delivery = exactly-once */
         bool txn_open;                  /* a transaction was begun and not yet ended */
+
+        /* For the metrics (kafka_get_lag, kafka_get_errors). */
+        kafka_part_t *parts;
+        size_t n_parts, cap_parts;
+        metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
+        int error_codes[KAFKA_ERROR_KINDS_MAX];
+        size_t n_errors;
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -84,10 +107,38 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
         log_full(level, "librdkafka %s: %s", fac, buf);
 }
 
+/* Counts an error under its librdkafka name, lower-cased and without the
+ * leading '_' of client-side errors ("_TRANSPORT" -> "transport"). */
+static void kafka_count_error(kafka_t *k, int err) {
+        const char *name;
+        char *label;
+        size_t i;
+
+        for (i = 0; i < k->n_errors; i++)
+                if (k->error_codes[i] == err) {
+                        k->errors[i].n++;
+                        return;
+                }
+        if (i == KAFKA_ERROR_KINDS_MAX)
+                return;
+        name = rd_kafka_err2name(err);
+        while (*name == '_')
+                name++;
+        label = strdup(name);
+        if (!label)
+                return;
+        for (char *c = label; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
+        k->error_codes[i] = err;
+        k->errors[i] = (metrics_count_t){ .label = label, .n = 1 };
+        k->n_errors++;
+}
+
 static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
         kafka_t *k = opaque;
         char fatal[512];
 
+        kafka_count_error(k, err);
         if (err == RD_KAFKA_RESP_ERR__FATAL) {
                 rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
                 log_error("Kafka fatal error: %s", fatal);
@@ -105,6 +156,121 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         (void)rk;
         if (k->cb.delivered)
                 k->cb.delivered(k->userdata, m);
+}
+
+/* --- the partitions' lag, for the metrics ------------------------------------ */
+
+static kafka_part_t *kafka_part(kafka_t *k, int32_t partition, bool add) {
+        for (size_t i = 0; i < k->n_parts; i++)
+                if (k->parts[i].partition == partition)
+                        return &k->parts[i];
+        if (!add)
+                return NULL;
+        if (k->n_parts == k->cap_parts) {
+                size_t cap = k->cap_parts ? k->cap_parts * 2 : 16;
+                kafka_part_t *p = realloc(k->parts, cap * sizeof(*p));
+
+                if (!p)
+                        return NULL;
+                k->parts = p;
+                k->cap_parts = cap;
+        }
+        k->parts[k->n_parts] = (kafka_part_t){ .partition = partition, .lag_records = -1, .last_taken_ts_ms = -1 };
+        return &k->parts[k->n_parts++];
+}
+
+static void kafka_parts_assigned(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool assigned) {
+        for (int i = 0; i < parts->cnt; i++) {
+                kafka_part_t *p;
+
+                if (strcmp(parts->elems[i].topic, k->cfg->kafka.input_topic) != 0)
+                        continue;
+                p = kafka_part(k, parts->elems[i].partition, assigned);
+                if (!p)
+                        continue;
+                p->assigned = assigned;
+                p->lag_records = -1;    /* what we knew is another owner's now */
+        }
+}
+
+static int64_t kafka_json_int(json_t *o, const char *key) {
+        json_t *v = json_object_get(o, key);
+
+        return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* librdkafka's statistics (statistics.interval.ms), served on the consumer
+ * queue, so on the loop thread: each assigned partition's lag is its high
+ * watermark (the last stable offset under read_committed, which is what the
+ * consumer can read) minus its position (app_offset: the next offset to hand
+ * to us; before the first record, the committed offset, or the low
+ * watermark where the group has none, as auto.offset.reset=earliest does).
+ * Returns 0: librdkafka frees json. */
+static int kafka_stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opaque) {
+        kafka_t *k = opaque;
+        json_t *root, *parts;
+        json_error_t jerr;
+        const char *key;
+        json_t *v;
+        bool committed = k->cfg->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE;
+
+        (void)rk;
+        root = json_loadb(json, json_len, 0, &jerr);
+        if (!root) {
+                log_debug("Unreadable librdkafka statistics: %s", jerr.text);
+                return 0;
+        }
+        parts = json_object_get(json_object_get(json_object_get(root, "topics"), k->cfg->kafka.input_topic),
+                                "partitions");
+        json_object_foreach(parts, key, v) {
+                int64_t id = kafka_json_int(v, "partition"), hw, pos;
+                kafka_part_t *p;
+
+                if (id < 0 || !(p = kafka_part(k, (int32_t)id, false)) || !p->assigned)
+                        continue;
+                hw = kafka_json_int(v, committed ? "ls_offset" : "hi_offset");
+                pos = kafka_json_int(v, "app_offset");
+                if (pos < 0)
+                        pos = kafka_json_int(v, "committed_offset");
+                if (pos < 0)
+                        pos = kafka_json_int(v, "lo_offset");
+                if (hw >= 0 && pos >= 0)
+                        p->lag_records = hw > pos ? hw - pos : 0;
+        }
+        json_decref(root);
+        return 0;
+}
+
+size_t kafka_get_lag(const kafka_t *k, metrics_lag_t *out, size_t max, int64_t now_ms) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < k->n_parts && n < max; i++) {
+                const kafka_part_t *p = &k->parts[i];
+                double s = 0;
+
+                if (!p->assigned || p->lag_records < 0)
+                        continue;
+                if (p->lag_records > 0 && p->last_taken_ts_ms >= 0 && now_ms > p->last_taken_ts_ms)
+                        s = (double)(now_ms - p->last_taken_ts_ms) / 1e3;
+                out[n++] = (metrics_lag_t){ .topic = k->cfg->kafka.input_topic,
+                                            .partition = p->partition,
+                                            .records = p->lag_records,
+                                            .seconds = s };
+        }
+        return n;
+}
+
+int kafka_get_assigned(const kafka_t *k) {
+        int n = 0;
+
+        for (size_t i = 0; i < k->n_parts; i++)
+                n += k->parts[i].assigned;
+        return n;
+}
+
+size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret) {
+        *ret = k->errors;
+        return k->n_errors;
 }
 
 static bool kafka_cooperative(kafka_t *k) {
@@ -131,6 +297,7 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         rd_kafka_error_destroy(e);
                         break;
                 }
+                kafka_parts_assigned(k, parts, true);
                 if (k->cb.assigned)
                         k->cb.assigned(k->userdata, parts);
                 /* Set the pause state either way: librdkafka keeps a
@@ -157,6 +324,7 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         log_error("Failed to unassign partitions: %s",
                                   e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
                 rd_kafka_error_destroy(e);
+                kafka_parts_assigned(k, parts, false);
                 if (k->cb.revoked)
                         k->cb.revoked(k->userdata, parts);
                 break;
@@ -203,7 +371,10 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
             (r = kafka_conf_set(conf, "enable.auto.commit",
                                 c->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE ? "false" : "true", err)) < 0 ||
             (r = kafka_conf_set(conf, "enable.partition.eof", "false", err)) < 0 ||
-            (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0)
+            (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0 ||
+            /* The metrics' lag; [kafka.consumer] may set another interval. */
+            (c->metrics.listen[0] &&
+             (r = kafka_conf_set(conf, "statistics.interval.ms", KAFKA_STATS_INTERVAL_MS, err)) < 0))
                 goto fail;
         if ((r = kafka_conf_set_u64(conf, "queued.max.messages.kbytes", lim->queued_max_kbytes, err)) < 0 ||
             (r = kafka_conf_set_u64(conf, "fetch.max.bytes", lim->fetch_max_bytes, err)) < 0 ||
@@ -228,6 +399,8 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         if (r < 0)
                 goto fail;
         /* Not negotiable: at-least-once rests on storing offsets ourselves. */
+        if (c->metrics.listen[0])
+                rd_kafka_conf_set_stats_cb(conf, kafka_stats_cb);
         if ((r = kafka_conf_set(conf, "enable.auto.offset.store", "false", err)) < 0)
                 goto fail;
         rd_kafka_conf_set_rebalance_cb(conf, kafka_rebalance_cb);
@@ -348,6 +521,9 @@ void kafka_free(kafka_t *k) {
                 close(k->consumer_fd);
         if (k->producer_fd >= 0)
                 close(k->producer_fd);
+        for (size_t i = 0; i < k->n_errors; i++)
+                free((char *)k->errors[i].label);
+        free(k->parts);
         free(k);
 }
 
@@ -389,6 +565,12 @@ int kafka_consume(kafka_t *k, rd_kafka_message_t **ret) {
         m = rd_kafka_consumer_poll(k->consumer, 0);
         if (!m)
                 return 0;
+        if (!m->err) {
+                kafka_part_t *p = kafka_part(k, m->partition, false);
+
+                if (p)
+                        p->last_taken_ts_ms = rd_kafka_message_timestamp(m, NULL);
+        }
         *ret = m;
         return 1;
 }

@@ -22,6 +22,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "daemon/cfg.h"
+#include "daemon/metrics.h"
 #include "core/errbuf.h"
 
 typedef struct kafka kafka_t;
@@ -114,6 +115,23 @@ int kafka_close(kafka_t *k, errbuf_t *err);
 
 /* Partitions currently assigned. */
 int kafka_assigned_count(kafka_t *k);
+
+/* --- for the metrics ----------------------------------------------------------
+ * Cheap reads of what the callbacks kept (no call into librdkafka's threads).
+ * With [metrics] listen set, the consumer emits statistics every second
+ * (statistics.interval.ms, unless [kafka.consumer] sets it), and each
+ * assigned partition's lag is taken from them. */
+
+/* Fills out (up to max) with the assigned input partitions whose lag is
+ * known; now_ms is the wall clock (epoch ms) for the lag in seconds. The
+ * topic strings are borrowed from the config. Returns the count. */
+size_t kafka_get_lag(const kafka_t *k, metrics_lag_t *out, size_t max, int64_t now_ms);
+
+/* Partitions currently assigned, as the rebalance callbacks saw them. */
+int kafka_get_assigned(const kafka_t *k);
+
+/* Errors by kind since kafka_new; *ret points into k. */
+size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret);
 
 /* --- exactly-once ([kafka] delivery = exactly-once) ---------------------------
  * The producer is transactional (transactional.id <group>-<instance>-<input

@@ -34,6 +34,15 @@
  * max.poll.interval.ms wait at most this long. */
 #define PIPELINE_CAP_HOLD_MAX_US (1000 * 1000ULL)
 
+/* The DLQ codes counted by name: every code the record, decode and engine
+ * layers give, plus room for one that a later layer adds without telling
+ * this table (it is then counted under its own name, not lost). */
+#define PIPELINE_DLQ_CODES_MAX 16
+static const char *const pipeline_dlq_known[] = {
+        RECORD_ERR_BAD_SIZE,    RECORD_ERR_BAD_CONTENT_TYPE,  RECORD_ERR_DECODE_FAILED,
+        RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT,
+};
+
 struct pipeline {
         pipeline_ops_t ops;             /* copied */
         void *userdata;                 /* the owner's, handed back to ops */
@@ -83,6 +92,10 @@ struct pipeline {
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
+        metrics_count_t dlq_codes[PIPELINE_DLQ_CODES_MAX];      /* labels: static strings or owned copies */
+        size_t n_dlq_codes, n_dlq_known;
+        metrics_hist_t batch_size, batch_seconds;
+        uint64_t *slot_submitted_us;    /* (depth) when the engine was given the slot */
 };
 
 uint64_t pipeline_now_us(void) {
@@ -149,6 +162,25 @@ void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *pa
 
 /* --- producing ------------------------------------------------------------ */
 
+static void pipeline_count_dlq(pipeline_t *p, const char *code) {
+        size_t i;
+
+        p->dlq_out++;
+        for (i = 0; i < p->n_dlq_codes; i++)
+                if (!strcmp(p->dlq_codes[i].label, code)) {
+                        p->dlq_codes[i].n++;
+                        return;
+                }
+        if (i < PIPELINE_DLQ_CODES_MAX) {
+                char *copy = strdup(code);
+
+                if (copy) {
+                        p->dlq_codes[i] = (metrics_count_t){ .label = copy, .n = 1 };
+                        p->n_dlq_codes++;
+                }
+        }
+}
+
 static rd_kafka_headers_t *pipeline_source_headers(const rd_kafka_message_t *m) {
         rd_kafka_headers_t *h = rd_kafka_headers_new(4), *in = NULL;
         const void *v;
@@ -175,6 +207,7 @@ static pipeline_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool 
                 t->offset = m->offset;
                 t->partition = m->partition;
                 t->dlq = dlq;
+                t->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
         }
         return t;
 }
@@ -240,7 +273,7 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         }
         /* h and t belong to librdkafka now. */
         t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, m) : part_id;
-        p->dlq_out++;
+        pipeline_count_dlq(p, code);
         log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
                                        LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
                       "Record refused, sent to '%s': %s", p->dlq_topic, detail);
@@ -376,6 +409,8 @@ static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
         }
         p->batches++;
         p->batch_records += (uint64_t)n;
+        p->slot_submitted_us[slot] = pipeline_now_us();
+        metrics_hist_observe(&p->batch_size, n);
         log_debug_f(((log_fields_t){ LOG_BATCH(n) }), "Submitted slot %d", slot);
         return 0;
 }
@@ -510,6 +545,8 @@ int pipeline_reap(pipeline_t *p) {
                         continue;
                 }
                 p->last_progress_us = pipeline_now_us();
+                metrics_hist_observe(&p->batch_seconds,
+                                     (double)(p->last_progress_us - p->slot_submitted_us[slot]) / 1e6);
                 log_debug_f(((log_fields_t){ LOG_BATCH(batch_slot_count(p->batch, slot)) }), "Slot %d complete",
                             slot);
                 p->slot_produced[slot] = 0;
@@ -721,6 +758,11 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
         p->max_delay_ms = cfg->max_delay_ms;
         p->last_progress_us = pipeline_now_us();
+        for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)
+                p->dlq_codes[p->n_dlq_codes++] = (metrics_count_t){ .label = pipeline_dlq_known[i] };
+        p->n_dlq_known = p->n_dlq_codes;
+        metrics_hist_init(&p->batch_size, METRICS_HIST_BATCH_SIZE);
+        metrics_hist_init(&p->batch_seconds, METRICS_HIST_BATCH_SECONDS);
         r = batch_new(&p->batch, engine_slots(cfg->engine), engine_max_batch(cfg->engine));
         if (r < 0)
                 goto fail;
@@ -728,7 +770,8 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         assert(cfg->max_images_per_s >= 0);
         ratelimit_set(&p->cap, cfg->max_images_per_s, batch_limit(p->batch), pipeline_now_us());
         p->slot_produced = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
-        if (!p->slot_produced) {
+        p->slot_submitted_us = calloc((size_t)engine_slots(cfg->engine), sizeof(uint64_t));
+        if (!p->slot_produced || !p->slot_submitted_us) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -771,6 +814,9 @@ void pipeline_free(pipeline_t *p) {
                 }
         batch_free(p->batch);
         free(p->slot_produced);
+        free(p->slot_submitted_us);
+        for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
+                free((char *)p->dlq_codes[i].label);
         free(p->jobs);
         free(p->refused);
         free(p->slot_decoding);
@@ -844,6 +890,10 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .dlq_out = p->dlq_out,
                 .batches = p->batches,
                 .batch_records = p->batch_records,
+                .dlq_codes = p->dlq_codes,
+                .n_dlq_codes = p->n_dlq_codes,
+                .batch_size = &p->batch_size,
+                .batch_seconds = &p->batch_seconds,
                 .slots = batch_depth(p->batch),
                 .slots_in_flight = batch_in_flight(p->batch),
                 .records_in_slots = batch_records_held(p->batch),

@@ -41,6 +41,7 @@
 
 #include "daemon/batch.h"
 #include "daemon/kafka.h"
+#include "daemon/metrics.h"
 #include "decode/pool.h"
 #include "engine/engine.h"
 #include "engine/prediction.h"
@@ -56,6 +57,7 @@ typedef struct pipeline_ticket {
         int64_t offset;         /* of the source record */
         int32_t partition;
         bool dlq;               /* a DLQ copy, not a prediction */
+        int64_t timestamp_ms;   /* the source record's Kafka timestamp (epoch ms); -1 = none */
 } pipeline_ticket_t;
 
 /* Calls up to the owner. All run on the loop thread, from inside the
@@ -90,7 +92,8 @@ typedef struct pipeline_config {
                                          * the pipeline: its jobs point into the slots and messages. */
 } pipeline_config_t;
 
-/* A snapshot for STATUS=, the drain, the watchdog and (later) metrics. */
+/* A snapshot for STATUS=, the drain, the watchdog and the metrics. Its
+ * pointers point into the pipeline: valid until the next pipeline_ call. */
 typedef struct pipeline_stats {
         /* Counters since pipeline_new. */
         uint64_t records_in;            /* taken: packed into a slot or sent to the DLQ */
@@ -98,6 +101,10 @@ typedef struct pipeline_stats {
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
         uint64_t batches;               /* slots submitted */
         uint64_t batch_records;         /* records in those slots */
+        const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */
+        size_t n_dlq_codes;
+        const metrics_hist_t *batch_size;       /* records per submitted batch */
+        const metrics_hist_t *batch_seconds;    /* engine submit to reap */
         /* Now. */
         int slots;                      /* the engine's pipeline depth */
         int slots_in_flight;            /* submitted, not yet complete */

@@ -338,3 +338,9 @@ const float *engine_slot_logits(engine_t *e, int slot) {
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot) {
         return e->ops->slot_topk(e, slot);
 }
+
+int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err) {
+        if (!e->ops->device_memory)
+                return -EOPNOTSUPP;
+        return e->ops->device_memory(e, ret, err);
+}

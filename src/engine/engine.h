@@ -59,6 +59,13 @@ enum {
         ENGINE_SLOT_DONE,       /* results ready until the next submit */
 };
 
+/* The device's memory as the driver sees it (engine_device_memory). */
+typedef struct engine_device_memory {
+        uint64_t used_bytes;    /* in use on the device, by every process */
+        uint64_t total_bytes;   /* the device's capacity */
+        uint64_t arena_bytes;   /* what this engine holds: its one arena */
+} engine_device_memory_t;
+
 typedef struct engine_ops {
         const char *name;       /* "cpu", "cuda" */
         int (*open)(engine_t *e, errbuf_t *err);        /* fills e->impl, carves the arena */
@@ -75,6 +82,8 @@ typedef struct engine_ops {
          * e's weights, then puts next's in the same arena for plan. */
         int (*swap_fits)(const engine_t *e, const model_t *next, const plan_t *plan, errbuf_t *err);
         int (*swap)(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err);
+        /* NULL for an engine without a device of its own (the CPU's). */
+        int (*device_memory)(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 } engine_ops_t;
 
 struct engine {
@@ -169,6 +178,12 @@ int engine_reap(engine_t *e, int *slot, errbuf_t *err);
 /* Blocks until slot completes (poll on the completion fd, then reap). For
  * callers without an event loop, such as inferd-run. */
 int engine_wait(engine_t *e, int slot, errbuf_t *err);
+
+/* Asks the driver for the device's memory (cudaMemGetInfo): a call into
+ * the driver, cheap but not free, so the daemon samples it on a timer.
+ * -EOPNOTSUPP for an engine without a device (the CPU engine); -EIO with
+ * CUDA's sentence when the driver fails. */
+int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 
 /* Results of a completed slot: logits (n, 1000) fp32, and top-k (n, top_k)
  * sorted by descending score; a row whose logits are not finite is marked

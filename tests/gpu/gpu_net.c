@@ -318,6 +318,26 @@ void gpu_mem_plan_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
         ratio = planned ? (double)used / (double)planned : INFINITY;
         fig = json_pack("{s:I, s:I, s:I, s:f}", "used_bytes", (json_int_t)used, "planned_bytes", (json_int_t)planned,
                         "device_bytes", (json_int_t)total, "ratio", ratio);
+        /* The engine interface's view, which the daemon's metrics export
+         * (inferd_gpu_memory_*, inferd_gpu_arena_bytes): the same driver
+         * numbers, and an arena inside the plan. Not on the CPU stand-in. */
+        if (!c->selftest) {
+                engine_device_memory_t dm = { 0 };
+
+                r = engine_device_memory(e, &dm, &err);
+                if (fig)
+                        json_object_set_new(fig, "arena_bytes", json_integer((json_int_t)dm.arena_bytes));
+                if (r < 0 || dm.total_bytes != total || dm.used_bytes < dm.arena_bytes || dm.arena_bytes == 0 ||
+                    dm.arena_bytes > planned) {
+                        gpu_result(c, GPU_FAIL, id, fig,
+                                   "engine_device_memory: r=%d (%s) used %llu total %llu arena %llu; the driver "
+                                   "says total %llu, the plan %llu",
+                                   r, r < 0 ? err.msg : "", (unsigned long long)dm.used_bytes,
+                                   (unsigned long long)dm.total_bytes, (unsigned long long)dm.arena_bytes,
+                                   (unsigned long long)total, (unsigned long long)planned);
+                        return;
+                }
+        }
         if (used > planned)
                 gpu_result(c, GPU_FAIL, id, fig, "used %llu bytes > planned %llu (ratio %.3f)",
                            (unsigned long long)used, (unsigned long long)planned, ratio);

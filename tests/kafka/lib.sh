@@ -56,6 +56,8 @@ kt_broker_cmd() {
 }
 
 # kt_config NAME TOPIC_PREFIX GROUP [extra INI lines...]: writes $KT_DIR/NAME.ini.
+# The metrics endpoint is off ([metrics] listen empty) unless KT_LISTEN
+# gives it an address: daemons of concurrent suites never share a port.
 kt_config() {
         local name=$1 prefix=$2 group=$3
         shift 3
@@ -82,6 +84,8 @@ kt_config() {
                 echo "max_delay_ms = 20"
                 echo "[drain]"
                 echo "timeout_s = 60"
+                echo "[metrics]"
+                echo "listen = ${KT_LISTEN:-}"
                 local l
                 for l in "$@"; do echo "$l"; done
         } >"$KT_DIR/$name.ini"

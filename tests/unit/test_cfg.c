@@ -606,7 +606,9 @@ static void test_cfg_log_levels(void) {
 /* The shipped files load, and their librdkafka keys are accepted. Paths are
  * relative to the repository root, where tests/run runs the suites. */
 static void test_cfg_shipped_files(void) {
-        static const char *const files[] = { "etc/inferd/inferd.ini", "etc/inferd/example.ini" };
+        static const char *const files[] = { "etc/inferd/inferd.ini", "etc/inferd/example.ini",
+                                             "etc/inferd/example-green.ini" };
+        char listen[2][256] = { "", "" };
 
         for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
                 errbuf_t err = { { 0 } };
@@ -617,6 +619,8 @@ static void test_cfg_shipped_files(void) {
                 if (r < 0)
                         fprintf(stderr, "test_cfg_shipped_files: %s\n", err.msg);
                 CU_ASSERT_EQUAL_FATAL(r, 0);
+                if (i >= 1)
+                        snprintf(listen[i - 1], sizeof(listen[i - 1]), "%s", c->metrics.listen);
                 conf = rd_kafka_conf_new();
                 CU_ASSERT_EQUAL(cfg_kafka_apply(c, 0, conf, &err), 0);
                 rd_kafka_conf_destroy(conf);
@@ -625,6 +629,9 @@ static void test_cfg_shipped_files(void) {
                 rd_kafka_conf_destroy(conf);
                 cfg_free(c);
         }
+        /* The blue-green pair can run on one host: two metrics ports. */
+        CU_ASSERT_STRING_EQUAL(listen[0], "127.0.0.1:9464");
+        CU_ASSERT_STRING_EQUAL(listen[1], "127.0.0.1:9465");
 }
 
 /* docs/config.md is exactly what cfg_write_reference prints: regenerate it

@@ -1,0 +1,263 @@
+/* httpd: libmicrohttpd in external-epoll mode on the daemon's sd-event
+ * loop. See httpd.h.
+ *
+ * libmicrohttpd keeps its sockets in an epoll set of its own; that set's fd
+ * becomes readable whenever a connection needs work, so one sd-event io
+ * source on it covers the listening socket and every connection. Idle
+ * connections time out through MHD_get_timeout, which arms a one-shot
+ * timer after every MHD_run. Not a general web server: GET and HEAD only,
+ * no request bodies. */
+#include "daemon/httpd.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+/* A scraper or a health check holds a connection for milliseconds; these
+ * bound what a stuck or hostile client can hold. */
+#define HTTPD_CONNECTION_LIMIT 32
+#define HTTPD_CONNECTION_TIMEOUT_S 10
+#define HTTPD_BACKLOG 64
+
+struct httpd {
+        struct MHD_Daemon *mhd;
+        int listen_fd;                  /* owned until libmicrohttpd starts on a copy of it */
+        sd_event_source *io, *timer;
+        httpd_handler_fn handler;
+        void *userdata;
+};
+
+/* MHD_run passes httpd_serve_pending makes. */
+#define HTTPD_PENDING_PASSES 4
+
+static void httpd_rearm(httpd_t *h) {
+        MHD_UNSIGNED_LONG_LONG ms;
+        uint64_t now;
+
+        if (MHD_get_timeout(h->mhd, &ms) != MHD_YES) {
+                sd_event_source_set_enabled(h->timer, SD_EVENT_OFF);
+                return;
+        }
+        sd_event_now(sd_event_source_get_event(h->timer), CLOCK_MONOTONIC, &now);
+        sd_event_source_set_time(h->timer, now + (uint64_t)ms * 1000ULL);
+        sd_event_source_set_enabled(h->timer, SD_EVENT_ONESHOT);
+}
+
+static int httpd_on_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        httpd_t *h = userdata;
+
+        (void)s;
+        (void)fd;
+        (void)revents;
+        MHD_run(h->mhd);
+        httpd_rearm(h);
+        return 0;
+}
+
+void httpd_serve_pending(httpd_t *h) {
+        if (!h)
+                return;
+        /* Accepting, reading the request and writing the answer may each
+         * take one pass; requests that waited in the backlog are complete. */
+        for (int i = 0; i < HTTPD_PENDING_PASSES; i++)
+                MHD_run(h->mhd);
+        httpd_rearm(h);
+}
+
+static int httpd_on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        httpd_t *h = userdata;
+
+        (void)s;
+        (void)usec;
+        MHD_run(h->mhd);
+        httpd_rearm(h);
+        return 0;
+}
+
+static enum MHD_Result httpd_queue(struct MHD_Connection *c, unsigned status, const char *content_type, char *body,
+                                   size_t len) {
+        struct MHD_Response *resp;
+        enum MHD_Result ok;
+
+        /* body (malloc'd) belongs to the response from here, or is freed. */
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(body);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        ok = MHD_queue_response(c, status, resp);
+        MHD_destroy_response(resp);
+        return ok;
+}
+
+static enum MHD_Result httpd_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                        const char *version, const char *upload_data, size_t *upload_data_size,
+                                        void **con_cls) {
+        httpd_t *h = cls;
+        httpd_response_t resp = { .status = 500, .content_type = "text/plain; charset=utf-8" };
+        char *body;
+        int r;
+
+        (void)version;
+        (void)upload_data;
+        (void)con_cls;
+        if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+                body = strdup("only GET and HEAD\n");
+                return body ? httpd_queue(c, MHD_HTTP_METHOD_NOT_ALLOWED, resp.content_type, body, strlen(body))
+                            : MHD_NO;
+        }
+        if (*upload_data_size)
+                return MHD_NO;          /* a GET with a body: drop the connection */
+        r = h->handler(h->userdata, url, &resp);
+        if (r < 0 || !resp.body) {
+                free(resp.body);
+                body = strdup("internal error\n");
+                return body ? httpd_queue(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", body,
+                                          strlen(body))
+                            : MHD_NO;
+        }
+        return httpd_queue(c, resp.status, resp.content_type, resp.body, resp.len);
+}
+
+/* Splits "host:port" or "[v6]:port" into host and port. */
+static int httpd_split(const char *listen, char *host, size_t host_len, char *port, size_t port_len) {
+        const char *colon = strrchr(listen, ':');
+        const char *h = listen;
+        size_t n;
+
+        if (!colon)
+                return -EINVAL;
+        n = (size_t)(colon - listen);
+        if (h[0] == '[') {
+                if (n < 2 || colon[-1] != ']')
+                        return -EINVAL;
+                h++;
+                n -= 2;
+        }
+        if (n == 0 || n >= host_len || strlen(colon + 1) >= port_len)
+                return -EINVAL;
+        memcpy(host, h, n);
+        host[n] = '\0';
+        strcpy(port, colon + 1);
+        return 0;
+}
+
+/* Resolves and binds listen; returns the listening fd or -errno. */
+static int httpd_bind(const char *listen_addr, errbuf_t *err) {
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+        struct addrinfo *res = NULL;
+        char host[256], port[16];
+        int fd = -1, one = 1, r;
+
+        if (httpd_split(listen_addr, host, sizeof(host), port, sizeof(port)) < 0)
+                return errbuf_set(err, -EINVAL, "Failed to listen on '%s': not host:port", listen_addr);
+        r = getaddrinfo(host, port, &hints, &res);
+        if (r != 0)
+                return errbuf_set(err, -EADDRNOTAVAIL, "Failed to listen on '%s': %s", listen_addr,
+                                  r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+        /* The first address only: "localhost" may give ::1 and 127.0.0.1,
+         * and a scraper is configured with one of them. */
+        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
+        if (fd < 0) {
+                r = -errno;
+                goto fail;
+        }
+        /* SO_REUSEADDR lets a restarted daemon bind while the old one's
+         * connections sit in TIME_WAIT; on Linux it never lets two
+         * listeners share the port. */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (res->ai_family == AF_INET6)
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, HTTPD_BACKLOG) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        freeaddrinfo(res);
+        return fd;
+fail:
+        errbuf_set(err, r, "Failed to listen on '%s': %s", listen_addr, strerror(-r));
+        if (fd >= 0)
+                close(fd);
+        freeaddrinfo(res);
+        return r;
+}
+
+int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, httpd_handler_fn handler, void *userdata,
+              errbuf_t *err) {
+        const union MHD_DaemonInfo *info;
+        httpd_t *h;
+        int r;
+
+        assert(ret && event && listen_addr && handler);
+        h = calloc(1, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        h->listen_fd = -1;
+        h->handler = handler;
+        h->userdata = userdata;
+        r = httpd_bind(listen_addr, err);
+        if (r < 0)
+                goto fail;
+        h->listen_fd = r;
+        /* MHD_stop_daemon closes the socket it was given, and whether a
+         * failed start does is not said: it gets a copy, and ours is
+         * closed once it runs. */
+        r = fcntl(h->listen_fd, F_DUPFD_CLOEXEC, 3);
+        if (r < 0) {
+                r = errbuf_set(err, -errno, "Failed to listen on '%s': %s", listen_addr, strerror(errno));
+                goto fail;
+        }
+        /* MHD_USE_EPOLL without MHD_USE_INTERNAL_POLLING_THREAD: no thread;
+         * MHD_run does the work when we call it. */
+        h->mhd = MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, httpd_on_request, h, MHD_OPTION_LISTEN_SOCKET,
+                                  r, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONNECTION_LIMIT,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+        if (!h->mhd) {
+                r = errbuf_set(err, -EIO, "Failed to start the HTTP server on '%s' (libmicrohttpd refused)",
+                               listen_addr);
+                goto fail;
+        }
+        close(h->listen_fd);
+        h->listen_fd = -1;
+        info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!info || info->epoll_fd < 0) {
+                r = errbuf_set(err, -EIO, "Failed to start the HTTP server on '%s': libmicrohttpd has no epoll fd",
+                               listen_addr);
+                goto fail;
+        }
+        if ((r = sd_event_add_io(event, &h->io, info->epoll_fd, EPOLLIN, httpd_on_io, h)) < 0 ||
+            (r = sd_event_add_time(event, &h->timer, CLOCK_MONOTONIC, 0, 0, httpd_on_timer, h)) < 0) {
+                errbuf_set(err, r, "Failed to add the HTTP server's event sources: %s", strerror(-r));
+                goto fail;
+        }
+        httpd_rearm(h);
+        *ret = h;
+        return 0;
+fail:
+        httpd_free(h);
+        return r;
+}
+
+void httpd_free(httpd_t *h) {
+        if (!h)
+                return;
+        /* The sources go before the daemon whose epoll fd they watch. */
+        sd_event_source_disable_unref(h->io);
+        sd_event_source_disable_unref(h->timer);
+        if (h->mhd)
+                MHD_stop_daemon(h->mhd);
+        if (h->listen_fd >= 0)
+                close(h->listen_fd);
+        free(h);
+}

@@ -1,0 +1,54 @@
+/* httpd: a small HTTP server (libmicrohttpd) driven by the daemon's
+ * sd-event loop, with no thread of its own.
+ *
+ * libmicrohttpd runs in its external-epoll mode: its epoll fd is one more
+ * sd-event io source, MHD_get_timeout becomes a timer, and MHD_run is called
+ * on either. Requests are therefore answered on the loop thread, between the
+ * pipeline's events, so the handler must only format numbers it already has
+ * (never block, never do I/O).
+ *
+ * The listening socket is bound here, not by libmicrohttpd, so that a port
+ * that cannot be bound fails with a sentence that names the address.
+ *
+ * Not here: what is served (the handler's, i.e. the daemon's), the
+ * exposition format (metrics.c). */
+#ifndef INFERD_HTTPD_H
+#define INFERD_HTTPD_H
+
+#include <stddef.h>
+#include <systemd/sd-event.h>
+
+#include "core/errbuf.h"
+
+typedef struct httpd httpd_t;
+
+/* What the handler answers. body is malloc'd; the server owns it from the
+ * handler's return on (also when the handler fails). content_type is a
+ * static string. */
+typedef struct httpd_response {
+        unsigned status;
+        const char *content_type;
+        char *body;
+        size_t len;
+} httpd_response_t;
+
+/* Answers a GET (or HEAD) of path. Returns 0, or -errno (the client then
+ * gets a 500). Called on the loop thread. */
+typedef int (*httpd_handler_fn)(void *userdata, const char *path, httpd_response_t *ret);
+
+/* Binds listen ("host:port", "[v6]:port"; the host is resolved once, here)
+ * and starts serving on event. Returns 0, or -errno with a sentence naming
+ * the address in err. */
+int httpd_new(httpd_t **ret, sd_event *event, const char *listen, httpd_handler_fn handler, void *userdata,
+              errbuf_t *err);
+
+/* Answers, without waiting, the requests already waiting on the socket: for
+ * a caller that holds the loop thread for a long step (the daemon's start-up
+ * calls it between steps, so that /healthz says "starting" and a scrape is
+ * not left hanging until READY). NULL is a no-op. */
+void httpd_serve_pending(httpd_t *h);
+
+/* Closes the socket and every connection. NULL is a no-op. */
+void httpd_free(httpd_t *h);
+
+#endif

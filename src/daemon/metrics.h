@@ -1,0 +1,115 @@
+/* metrics: inferd's numbers in the Prometheus text exposition format
+ * (version 0.0.4), and the histograms the pipeline and the daemon keep.
+ *
+ * The counters are kept where their events happen (pipeline.c, kafka.c,
+ * daemon.c). At a scrape, the daemon gathers them into a metrics_snapshot_t
+ * by reading them (cheap: no I/O, no locks), together with what a 1 s timer
+ * sampled (device memory, /proc/self; librdkafka's statistics arrive on
+ * their own cadence), and this module formats the snapshot. It also reads
+ * /proc/self for the process_* numbers (metrics_process_sample), which is
+ * the timer's to call, never a scrape's.
+ *
+ * Not here: HTTP (httpd.c), when to sample and what state the daemon is in
+ * (daemon.c). */
+#ifndef INFERD_METRICS_H
+#define INFERD_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/plan.h"
+
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* --- histograms ----------------------------------------------------------- */
+
+#define METRICS_HIST_BUCKETS_MAX 20
+
+typedef struct metrics_hist {
+        const double *bounds;                           /* upper bounds, ascending; +Inf follows */
+        int n_bounds;
+        uint64_t counts[METRICS_HIST_BUCKETS_MAX + 1];  /* per bucket, not cumulative; [n_bounds] is +Inf */
+        uint64_t count;
+        double sum;
+} metrics_hist_t;
+
+typedef enum metrics_hist_kind {
+        METRICS_HIST_BATCH_SIZE,        /* records: 1, 2, 4 ... 1024 */
+        METRICS_HIST_BATCH_SECONDS,     /* engine submit to results: 1 ms .. 30 s */
+        METRICS_HIST_LATENCY_SECONDS,   /* Kafka timestamp to delivery report: 5 ms .. 10 min */
+} metrics_hist_kind_t;
+
+void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind);
+void metrics_hist_observe(metrics_hist_t *h, double v);
+
+/* --- the snapshot ------------------------------------------------------------ */
+
+/* One labelled counter (a DLQ code, a Kafka error kind, ...). label is
+ * borrowed for the scrape. */
+typedef struct metrics_count {
+        const char *label;
+        uint64_t n;
+} metrics_count_t;
+
+typedef struct metrics_lag {
+        const char *topic;              /* borrowed */
+        int32_t partition;
+        int64_t records;                /* high watermark (last stable offset under read_committed) minus position */
+        double seconds;                 /* now minus the last taken record's timestamp while records wait; else 0 */
+} metrics_lag_t;
+
+typedef struct metrics_process {
+        uint64_t resident_bytes;
+        double cpu_seconds;             /* user + system */
+        uint64_t open_fds;
+        uint64_t max_fds;               /* RLIMIT_NOFILE's soft limit */
+        double start_time_s;            /* since the epoch */
+} metrics_process_t;
+
+typedef struct metrics_snapshot {
+        /* Records. */
+        uint64_t predicted, dead_lettered, batches;
+        const metrics_count_t *dead_letters;    /* by DLQ code */
+        size_t n_dead_letters;
+        const metrics_hist_t *batch_size, *batch_seconds, *latency_seconds;     /* NULL: not yet */
+
+        /* Kafka. */
+        const metrics_lag_t *lag;
+        size_t n_lag;
+        int assigned_partitions;
+        bool paused;
+        const metrics_count_t *kafka_errors;    /* by kind */
+        size_t n_kafka_errors;
+
+        /* Pipeline. */
+        int slots, slots_busy;
+
+        /* Plan; NULL before the engine is open. */
+        const plan_t *plan;
+
+        /* Device memory: only with the CUDA engine (have_gpu). */
+        bool have_gpu;
+        uint64_t gpu_used_bytes, gpu_total_bytes, gpu_arena_bytes;
+
+        /* State: "starting", "ready", "reloading" or "draining". */
+        const char *state;
+        const char *version, *backend, *precision, *model;     /* build_info's labels; NULL = "" */
+        uint64_t reloads_applied, reloads_rejected;
+        /* Model swaps in place (a reload that changes the weights, the
+         * precision or a budget), and the last one's times. */
+        uint64_t swaps_applied, swaps_rejected, swaps_failed;
+        double last_swap_s, last_swap_pause_s;
+
+        bool have_process;
+        metrics_process_t process;
+} metrics_snapshot_t;
+
+/* The exposition of s, malloc'd into *ret (NUL-terminated, *len bytes).
+ * Returns 0 or -ENOMEM. */
+int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len);
+
+/* Reads /proc/self (stat, fd/) and the fd limit. Returns 0 or -errno. */
+int metrics_process_sample(metrics_process_t *ret);
+
+#endif
