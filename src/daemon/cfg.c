@@ -122,6 +122,8 @@ static const cfg_key_t cfg_keys[] = {
           "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding." },
         { "decode", "max_bytes", CFG_T_SIZE, "20MiB", 1 * KiB, 1 * GiB, false, false, F(decode.max_bytes),
           "Largest encoded (JPEG/PNG) record accepted; more is refused as too-large." },
+        { "decode", "fast", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.fast),
+          "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in README.md); smaller JPEGs and PNGs are unaffected." },
 };
 
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))

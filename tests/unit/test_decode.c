@@ -6,6 +6,7 @@
  * against torchvision are tests/decode's. */
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +346,87 @@ static void test_decode_extreme_geometries(void) {
         decode_free(d);
 }
 
+/* [decode] fast on a large JPEG (2048x1536, reduced by 3/8 to 768x576) of
+ * a smooth pattern with strong gradients: its 224x224 is close to the
+ * accurate path's, and of the same region: closer to the accurate crop than
+ * to the accurate crops of the same scene drawn one output pixel (6 pixels
+ * of the scene) over in each direction. A smaller JPEG (shorter side below
+ * 1024) is not reduced: identical. */
+static uint8_t *test_pattern_jpeg(int w, int h, int dx, int dy, int subsamp, size_t *len) {
+        uint8_t *img = malloc((size_t)w * h * 3), *buf = NULL, *out;
+        unsigned long n = 0;
+        tjhandle t = tjInitCompress();
+
+        for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) {
+                        double u = (x + dx) * 2 * 3.14159265358979 / 97.0, v = (y + dy) * 2 * 3.14159265358979 / 131.0;
+                        uint8_t *q = img + ((size_t)y * w + x) * 3;
+
+                        q[0] = (uint8_t)(128 + 100 * sin(u) * cos(v));
+                        q[1] = (uint8_t)(128 + 100 * cos(u * 0.7 + v));
+                        q[2] = (uint8_t)(128 + 100 * sin(v * 1.3 - u * 0.4));
+                }
+        CU_ASSERT_FATAL(t != NULL);
+        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, subsamp, 95, 0) == 0);
+        out = malloc(n);
+        memcpy(out, buf, n);
+        tjFree(buf);
+        tjDestroy(t);
+        free(img);
+        *len = n;
+        return out;
+}
+
+static double test_mean_abs(const uint8_t *a, const uint8_t *b) {
+        double s = 0;
+
+        for (size_t i = 0; i < 224 * 224 * 3; i++)
+                s += abs((int)a[i] - (int)b[i]);
+        return s / (224 * 224 * 3);
+}
+
+static void test_decode_fast_mode(void) {
+        /* The resized image is 341x256 of the 2048x1536 scene at a scale of
+         * 6: a one-pixel move of the output is 6 pixels of the scene. */
+        static const int moves[][2] = { { 6, 0 }, { -6, 0 }, { 0, 6 }, { 0, -6 } };
+        decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);
+        uint8_t *jpeg, acc[224 * 224 * 3], fast[224 * 224 * 3], moved[224 * 224 * 3];
+        size_t len, mlen;
+        const char *code;
+        errbuf_t err;
+        double d0, worst = 0;
+
+        jpeg = test_pattern_jpeg(2048, 1536, 0, 0, TJSAMP_420, &len);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, acc, NULL, &code, &err), 0);
+        decode_set_fast(d, true);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, fast, NULL, &code, &err), 0);
+        d0 = test_mean_abs(acc, fast);
+        for (size_t i = 0; i < sizeof(acc); i++)
+                if (abs((int)acc[i] - (int)fast[i]) > worst)
+                        worst = abs((int)acc[i] - (int)fast[i]);
+        CU_ASSERT(memcmp(acc, fast, sizeof(acc)) != 0);        /* it did take the fast path */
+        CU_ASSERT(d0 < 1.5);
+        CU_ASSERT(worst <= 16);
+        decode_set_fast(d, false);
+        for (size_t m = 0; m < sizeof(moves) / sizeof(moves[0]); m++) {
+                uint8_t *mj = test_pattern_jpeg(2048, 1536, moves[m][0], moves[m][1], TJSAMP_420, &mlen);
+
+                CU_ASSERT_EQUAL_FATAL(decode_record(d, mj, mlen, RECORD_JPEG, moved, NULL, &code, &err), 0);
+                CU_ASSERT(d0 < test_mean_abs(moved, fast));
+                free(mj);
+        }
+        free(jpeg);
+
+        /* Small: not reduced, so identical. */
+        jpeg = test_pattern_jpeg(1200, 1023, 0, 0, TJSAMP_420, &len);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, acc, NULL, &code, &err), 0);
+        decode_set_fast(d, true);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, fast, NULL, &code, &err), 0);
+        CU_ASSERT(memcmp(acc, fast, sizeof(acc)) == 0);
+        free(jpeg);
+        decode_free(d);
+}
+
 /* Reads a "Vm...:  N kB" line of /proc/self/status, in bytes; 0 if absent. */
 static uint64_t test_status_bytes(const char *key) {
         char line[256];
@@ -450,6 +532,7 @@ int test_decode_register(void) {
                 { "geometry", test_decode_geometry },
                 { "extreme_geometries", test_decode_extreme_geometries },
                 { "planned_memory_against_rss", test_decode_planned_memory_against_rss },
+                { "fast_mode", test_decode_fast_mode },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("decode", tests);
