@@ -1,17 +1,19 @@
 /* decode-bench: inferd's JPEG/PNG path (decode, Resize(256), CenterCrop(224)
  * to RGB8) timed on files, for tools/bench-decode.
  *
- *   decode-bench SECONDS THREADS FILE...
+ *   decode-bench [--fast] SECONDS THREADS FILE...
  *
  * Reads every file into memory first, then runs THREADS threads, each with
  * its own decode context (src/decode, 50 MP / 20 MiB limits, as the
  * daemon's defaults), each decoding the files round-robin (thread t starting
  * at file t) for SECONDS after one warm-up pass. Prints one JSON line:
  * images_per_second (all threads), per_thread, threads, images, seconds.
+ * --fast: the contexts in [decode] fast mode (decode_set_fast).
  * A file that does not decode is an error (exit 1) before timing starts.
  * It is a benchmark: it prints figures and passes or fails on none. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,7 @@ typedef struct bench_thread {
 /* Every thread warms up, then all start timing together. */
 static pthread_barrier_t bench_start;
 static double bench_seconds;
+static bool bench_fast;
 
 static double bench_now_s(void) {
         struct timespec ts;
@@ -60,6 +63,7 @@ static void *bench_run(void *arg) {
                 pthread_barrier_wait(&bench_start);
                 return NULL;
         }
+        decode_set_fast(d, bench_fast);
         for (int i = 0; i < t->n_files; i++)    /* warm-up: page in the buffers and the libraries */
                 if (decode_record(d, t->files[i].data, t->files[i].len, t->files[i].format, out, NULL, &code, &err) < 0) {
                         fprintf(stderr, "decode-bench: file %d: %s [%s]\n", i, err.msg, code);
@@ -91,8 +95,13 @@ int main(int argc, char **argv) {
         long images = 0;
         int n_threads, n_files, bad = 0;
 
+        if (argc > 1 && strcmp(argv[1], "--fast") == 0) {
+                bench_fast = true;
+                argv++;
+                argc--;
+        }
         if (argc < 4 || (seconds = atof(argv[1])) <= 0 || (n_threads = atoi(argv[2])) < 1 || n_threads > 256) {
-                fprintf(stderr, "usage: decode-bench SECONDS THREADS FILE...\n");
+                fprintf(stderr, "usage: decode-bench [--fast] SECONDS THREADS FILE...\n");
                 return 2;
         }
         n_files = argc - 3;

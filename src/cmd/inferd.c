@@ -76,6 +76,12 @@ static int check_config(const char *path, cfg_t **ret, errbuf_t *err) {
                         return r;
                 }
         }
+        r = daemon_check_host_budget(c, err);
+        if (r < 0) {
+                errbuf_prefix(err, r, "%s: [decode]", path);
+                cfg_free(c);
+                return r;
+        }
         *ret = c;
         return 0;
 }

@@ -43,6 +43,7 @@ typedef struct run_args {
         const char *rgb8;       /* --rgb8 OUT: the 224x224x3 records as fed */
         uint64_t max_pixels;    /* --max-pixels, as [decode] max_pixels */
         uint64_t max_bytes;     /* --max-bytes, as [decode] max_bytes */
+        bool decode_fast;       /* --decode-fast, as [decode] fast = yes */
         int json;
         double bench_seconds;
         int batch;              /* 0: the default for the mode */
@@ -55,7 +56,7 @@ static void run_usage(FILE *out) {
         fputs("usage:\n"
               "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
               "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
-              "             INPUT...\n"
+              "             [--decode-fast] INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
               "             [--precision P] [--backend B] [--batch N]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
@@ -67,7 +68,8 @@ static void run_usage(FILE *out) {
               "argument order. --logits writes N x 1000 float32 pre-softmax logits (little-endian)\n"
               "in the same order; --rgb8 writes the N x 224x224x3 uint8 records as fed to the\n"
               "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
-              "(default 20MiB) limit encoded images, as [decode] does in the daemon.\n"
+              "(default 20MiB) limit encoded images, as [decode] does in the daemon; --decode-fast\n"
+              "decodes large JPEGs reduced in the DCT domain, as [decode] fast = yes.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
               "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
               "--version.\n",
@@ -91,7 +93,7 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
 /* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_VERSION };
+               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -111,6 +113,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "rgb8", required_argument, NULL, OPT_RGB8 },
                 { "max-pixels", required_argument, NULL, OPT_MAX_PIXELS },
                 { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
+                { "decode-fast", no_argument, NULL, OPT_DECODE_FAST },
                 { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -207,6 +210,9 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                         }
                         break;
                 }
+                case OPT_DECODE_FAST:
+                        a->decode_fast = true;
+                        break;
                 case OPT_MAX_BYTES:
                         if (units_parse_size(optarg, &a->max_bytes) < 0 || a->max_bytes == 0) {
                                 fprintf(stderr, "inferd-run: --max-bytes: '%s' is not a size (such as 20MiB)\n", optarg);
@@ -469,6 +475,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                 fprintf(stderr, "inferd-run: cannot make the decoder: %s\n", err.msg);
                 return r;
         }
+        decode_set_fast(dec, a->decode_fast);
         if (a->logits) {
                 logits_out = fopen(a->logits, "we");
                 if (!logits_out) {

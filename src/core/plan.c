@@ -1,6 +1,7 @@
 /* plan: the memory planner. See plan.h for what it decides and why. */
 #include "core/plan.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,65 @@ int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_ter
         return 0;
 }
 
+static uint64_t plan_decode_context_bytes(const plan_decode_terms_t *t) {
+        return t->buffer_bytes + t->library_bytes;
+}
+
+const char *plan_decode_limit_name(plan_decode_limit_t l) {
+        static const char *const names[] = { "none", "threads", "cores", "budget" };
+
+        return (unsigned)l < 4 ? names[l] : "?";
+}
+
+int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int threads, int auto_max,
+                    uint64_t per_thread_bytes, int *ret_threads, plan_decode_limit_t *ret_limit) {
+        uint64_t usable, share, n;
+
+        assert(per_thread_bytes > 0 && threads >= 0);
+        usable = host_left_bytes > reserve_bytes ? host_left_bytes - reserve_bytes : 0;
+        if (threads > 0) {
+                if ((uint64_t)threads > usable / per_thread_bytes)
+                        return -ENOSPC;
+                *ret_threads = threads;
+                *ret_limit = PLAN_DECODE_LIMIT_THREADS;
+                return 0;
+        }
+        assert(auto_max > 0);
+        if (usable < per_thread_bytes)
+                return -ENOSPC;
+        /* Half of what the pinned buffers leave, never past the reserve. */
+        share = host_left_bytes / 2 < usable ? host_left_bytes / 2 : usable;
+        n = share / per_thread_bytes;
+        if (n >= (uint64_t)auto_max) {
+                *ret_threads = auto_max;
+                *ret_limit = PLAN_DECODE_LIMIT_CORES;
+        } else {
+                *ret_threads = n > 1 ? (int)n : 1;
+                *ret_limit = PLAN_DECODE_LIMIT_BUDGET;
+        }
+        return 0;
+}
+
+int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t reserve_bytes,
+                       int threads, uint64_t max_pixels, uint64_t per_thread_bytes) {
+        char a[32], b[32], c[32], d[32], pinned[64] = "";
+
+        /* --check-config knows no pinned buffers yet (0): it says nothing of them. */
+        if (pinned_bytes > 0)
+                snprintf(pinned, sizeof(pinned), "the pinned buffers (%s) and ",
+                         units_format_size(pinned_bytes, b, sizeof(b)));
+        return errbuf_set(err, -ENOSPC,
+                          "the plan does not fit: [memory] host_budget (%s), less %slibrdkafka's minimum (%s), "
+                          "leaves too little for %d decode thread%s of %s each ([decode] threads = %d, each sized "
+                          "for [decode] max_pixels = %llu): lower [decode] threads or max_pixels, or raise "
+                          "[memory] host_budget",
+                          units_format_size(host_budget_bytes, a, sizeof(a)), pinned,
+                          units_format_size(reserve_bytes, c, sizeof(c)),
+                          threads > 0 ? threads : 1, threads == 1 || threads == 0 ? "" : "s",
+                          units_format_size(per_thread_bytes, d, sizeof(d)), threads,
+                          (unsigned long long)max_pixels);
+}
+
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *p) {
         int r;
 
@@ -183,23 +243,31 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                 return r;
         p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
         p->limit = PLAN_LIMIT_MAX_BATCH;
-        if (req->decode_threads > 0) {
+        p->workspace_bytes = p->engine.workspace_bytes;
+        p->pinned_host_bytes = p->engine.pinned_host_bytes;
+        p->host_reserve_bytes = req->host_reserve_bytes;
+        if (req->decode_threads > 0 || req->decode_threads_auto > 0) {
                 r = plan_decode_terms(req->decode_max_pixels, req->decode_input_bytes, &p->decode);
                 if (r < 0)
                         return r;
-                p->decode_threads = req->decode_threads;
+                /* Automatic contexts count as one until plan_make has the
+                 * batch and shares out what it leaves. */
+                p->decode_threads = req->decode_threads > 0 ? req->decode_threads : 1;
+                p->decode_limit = req->decode_threads > 0 ? PLAN_DECODE_LIMIT_THREADS : PLAN_DECODE_LIMIT_BUDGET;
                 p->decode_max_pixels = req->decode_max_pixels;
-                p->decode_host_bytes = (uint64_t)req->decode_threads * (p->decode.buffer_bytes + p->decode.library_bytes);
+                p->decode_host_bytes = (uint64_t)p->decode_threads * plan_decode_context_bytes(&p->decode);
         }
-        p->workspace_bytes = p->engine.workspace_bytes;
-        p->pinned_host_bytes = p->engine.pinned_host_bytes;
+        p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes
+                                     ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes
+                                     : 0;
         p->total_bytes = p->engine.context_bytes + p->engine.graph_bytes + p->weights_bytes + p->activation_bytes +
                          p->engine.workspace_bytes + p->engine.staging_bytes;
         return 0;
 }
 
 static int plan_fits(const plan_t *p) {
-        return p->total_bytes <= p->budget_bytes && p->pinned_host_bytes <= p->host_budget_bytes;
+        return p->total_bytes <= p->budget_bytes &&
+               p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes;
 }
 
 /* Explains why batch 1 does not fit: the first term, in the order they are
@@ -230,11 +298,16 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                           units_format_size(p->budget_bytes - sum, b, sizeof(b)));
                 sum += terms[i].bytes;
         }
-        return errbuf_set(err, -ENOSPC,
-                          "the plan does not fit: the host budget of %s is too small for the pinned buffers of "
-                          "%d slots of one sample (%s)",
-                          units_format_size(p->host_budget_bytes, b, sizeof(b)), p->pipeline_depth,
-                          units_format_size(p->pinned_host_bytes, a, sizeof(a)));
+        if (p->pinned_host_bytes + p->host_reserve_bytes > p->host_budget_bytes)
+                return errbuf_set(err, -ENOSPC,
+                                  "the plan does not fit: the host budget of %s is too small for the pinned buffers "
+                                  "of %d slots of one sample (%s) and librdkafka's minimum (%s)",
+                                  units_format_size(p->host_budget_bytes, b, sizeof(b)), p->pipeline_depth,
+                                  units_format_size(p->pinned_host_bytes, a, sizeof(a)),
+                                  units_format_size(p->host_reserve_bytes, c, sizeof(c)));
+        return plan_decode_refuse(err, p->host_budget_bytes, p->pinned_host_bytes, p->host_reserve_bytes,
+                                  p->decode_limit == PLAN_DECODE_LIMIT_THREADS ? p->decode_threads : 0,
+                                  p->decode_max_pixels, plan_decode_context_bytes(&p->decode));
 }
 
 int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t *err) {
@@ -281,6 +354,16 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
                 ret->limit = PLAN_LIMIT_OPERAND;
         else
                 ret->limit = PLAN_LIMIT_BUDGET;
+        if (req->decode_threads == 0 && req->decode_threads_auto > 0) {
+                /* One context fitted with this batch (plan_fits), so this
+                 * cannot fail. */
+                r = plan_decode_fit(ret->host_budget_bytes - ret->pinned_host_bytes, ret->host_reserve_bytes, 0,
+                                    req->decode_threads_auto, plan_decode_context_bytes(&ret->decode),
+                                    &ret->decode_threads, &ret->decode_limit);
+                assert(r == 0);
+                ret->decode_host_bytes = (uint64_t)ret->decode_threads * plan_decode_context_bytes(&ret->decode);
+                ret->host_rest_bytes = ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_host_bytes;
+        }
         return 0;
 }
 
@@ -293,7 +376,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
-                "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu}\n",
+                "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
+                "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu}\n",
                 backend_name(p->backend), precision_name(p->precision), p->max_batch, p->pipeline_depth,
                 (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
                 (unsigned long long)p->activation_bytes, (unsigned long long)p->workspace_bytes,
@@ -304,7 +388,9 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 p->record_bytes, p->top_k, plan_limit_name(p->limit), p->operand_batch_cap,
                 (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
-                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes);
+                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes,
+                plan_decode_limit_name(p->decode_limit), (unsigned long long)p->host_reserve_bytes,
+                (unsigned long long)p->host_rest_bytes);
         return ferror(out) ? -EIO : 0;
 }
 
@@ -339,8 +425,12 @@ int plan_write_text(const plan_t *p, FILE *out) {
                 units_format_size(p->pinned_host_bytes, a, sizeof(a)),
                 units_format_size(p->host_budget_bytes, b, sizeof(b)));
         if (p->decode_threads > 0) {
-                fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels\n", p->decode_threads,
-                        p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels);
+                fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels (%s)\n",
+                        p->decode_threads, p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels,
+                        p->decode_limit == PLAN_DECODE_LIMIT_THREADS ? "as configured"
+                        : p->decode_limit == PLAN_DECODE_LIMIT_CORES ? "automatic: the cores minus one"
+                                                                     : "automatic: what half the host budget left "
+                                                                       "by the pinned buffers holds, at least 1");
                 fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  decoded pixels", units_format_size(p->decode.pixel_bytes, a, sizeof(a)),
                         (unsigned long long)p->decode.pixel_bytes);
                 fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  resize", units_format_size(p->decode.resize_bytes, a, sizeof(a)),
@@ -352,7 +442,10 @@ int plan_write_text(const plan_t *p, FILE *out) {
                 fprintf(out, "  %-22s %12s  (%llu bytes, allocated by libjpeg/libspng per image; a bound)\n",
                         "  library, at most", units_format_size(p->decode.library_bytes, a, sizeof(a)),
                         (unsigned long long)p->decode.library_bytes);
-                fprintf(out, "  %-22s %12s  (all contexts)\n", "decode total", units_format_size(p->decode_host_bytes, a, sizeof(a)));
+                fprintf(out, "  %-22s %12s  (all contexts) of the host budget\n", "decode total",
+                        units_format_size(p->decode_host_bytes, a, sizeof(a)));
         }
+        fprintf(out, "  %-22s %12s  of the host budget (librdkafka's queues; at least %s)\n", "host budget left",
+                units_format_size(p->host_rest_bytes, a, sizeof(a)), units_format_size(p->host_reserve_bytes, b, sizeof(b)));
         return ferror(out) ? -EIO : 0;
 }

@@ -85,6 +85,35 @@ typedef struct plan_decode_terms {
  * when max_pixels is 0. */
 int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *ret);
 
+/* What decided the number of decode contexts. */
+typedef enum plan_decode_limit {
+        PLAN_DECODE_LIMIT_NONE,         /* no decoding planned */
+        PLAN_DECODE_LIMIT_THREADS,      /* an explicit count ([decode] threads) */
+        PLAN_DECODE_LIMIT_CORES,        /* automatic: the cores minus one */
+        PLAN_DECODE_LIMIT_BUDGET,       /* automatic: the host budget's share (at least 1) */
+} plan_decode_limit_t;
+
+/* "none", "threads", "cores", "budget". */
+const char *plan_decode_limit_name(plan_decode_limit_t l);
+
+/* The host budget's rule for decode contexts. host_left_bytes is what the
+ * host budget leaves after the pinned buffers; reserve_bytes must stay free
+ * of decoding (librdkafka's floor); each context costs per_thread_bytes.
+ *   threads > 0: exactly that many, when threads * per_thread_bytes +
+ *     reserve_bytes <= host_left_bytes;
+ *   threads == 0 (automatic): up to auto_max contexts, taking at most half
+ *     of host_left_bytes (so that librdkafka keeps the other half for
+ *     prefetching), and 1 whenever 1 fits beside the reserve.
+ * Returns 0 with *ret_threads and *ret_limit set, or -ENOSPC when not even
+ * the contexts asked for (1 when automatic) fit. */
+int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int threads, int auto_max,
+                    uint64_t per_thread_bytes, int *ret_threads, plan_decode_limit_t *ret_limit);
+
+/* The sentence of plan_decode_fit's -ENOSPC, naming the numbers and the keys
+ * to change. Returns -ENOSPC. */
+int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t reserve_bytes,
+                       int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
+
 /* No GEMM operand of a planned batch reaches this many elements: 2^31, where
  * 32-bit element indices and counts (cuBLASLt's kernels, grid arithmetic)
  * stop being safe. The planner caps the batch below it rather than
@@ -117,9 +146,13 @@ typedef struct plan_request {
         int top_k;
         uint64_t measured_context_bytes; /* CUDA: measured after device init; 0 = use the estimate */
         plan_terms_fn terms;            /* the engine's terms */
-        int decode_threads;             /* decode contexts (0: no JPEG/PNG decoding is planned) */
+        int decode_threads;             /* exactly this many decode contexts; 0: see decode_threads_auto */
+        int decode_threads_auto;        /* with decode_threads 0: as many as the host budget's rule allows
+                                         * (plan_decode_fit), up to this many; 0 and 0: no decoding planned */
         uint64_t decode_max_pixels;     /* [decode] max_pixels */
         uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
+        uint64_t host_reserve_bytes;    /* host bytes that neither the pinned buffers nor decoding may take
+                                         * (the daemon: librdkafka's floor; inferd-run: 0) */
 } plan_request_t;
 
 typedef struct plan {
@@ -143,11 +176,16 @@ typedef struct plan {
         uint64_t pinned_host_bytes;     /* == engine.pinned_host_bytes */
         uint64_t total_bytes;           /* device: context + graphs + weights + activations + workspace + staging */
         /* Host (pageable) memory of the decode contexts: not device memory,
-         * not pinned, so outside both budgets, but planned and shown. */
+         * so outside the device budget, but charged against the host
+         * budget beside the pinned buffers (plan_decode_fit). */
         int decode_threads;
+        plan_decode_limit_t decode_limit; /* what decided decode_threads */
         uint64_t decode_max_pixels;
         plan_decode_terms_t decode;     /* per context */
         uint64_t decode_host_bytes;     /* decode_threads x (buffer_bytes + library_bytes) */
+        uint64_t host_reserve_bytes;    /* the request's */
+        uint64_t host_rest_bytes;       /* host budget - pinned - decode: what is left (the daemon gives it
+                                         * to librdkafka's queues) */
         /* Liveness result: per-sample element offset of each activation tensor
          * in the activation arena, and the arena's size in elements. */
         size_t tensor_offset[MODEL_MAX_TENSORS];
@@ -177,7 +215,10 @@ uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MOD
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *ret);
 
 /* Finds the largest batch <= req->max_batch whose device total fits
- * req->budget_bytes, whose pinned host bytes fit req->host_budget_bytes, and
+ * req->budget_bytes, whose pinned host bytes, with the decode contexts and
+ * req->host_reserve_bytes, fit req->host_budget_bytes (automatic decode
+ * contexts count as one there, then take their share of what the batch
+ * leaves: plan_decode_fit), and
  * whose largest GEMM operand stays below PLAN_OPERAND_ELEMS_LIMIT (the
  * plan's limit and operand_batch_cap say which bound decided).
  * When not even one sample fits, returns -ENOSPC with a sentence that names

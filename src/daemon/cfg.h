@@ -113,6 +113,7 @@ typedef struct cfg {
                 int threads;            /* 0..256; 0 = the cores minus one, at least 1 (decode_default_threads) */
                 int max_pixels;         /* 1..2^31-1 */
                 uint64_t max_bytes;     /* 1KiB..1GiB */
+                bool fast;              /* DCT-domain reduction and fast upsampling for JPEG (decode_set_fast) */
         } decode;
 } cfg_t;
 

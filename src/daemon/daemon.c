@@ -1265,9 +1265,31 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->max_batch = c->memory.max_batch;
         o->pipeline_depth = DAEMON_PIPELINE_DEPTH;
         o->top_k = c->service.top_k;
-        /* The decode contexts are planned as the daemon would make them. */
-        o->decode_threads = c->decode.threads > 0 ? c->decode.threads : decode_default_threads();
+        /* The decode contexts are planned as the daemon makes them, from the
+         * host budget (plan_decode_fit); librdkafka keeps at least its
+         * floor of it. */
+        o->decode_threads = c->decode.threads;
+        o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
+        o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
+}
+
+int daemon_check_host_budget(const cfg_t *c, errbuf_t *err) {
+        plan_decode_terms_t t;
+        plan_decode_limit_t limit;
+        uint64_t per_thread;
+        int n, r;
+
+        r = plan_decode_terms((uint64_t)c->decode.max_pixels, 0, &t);
+        if (r < 0)
+                return errbuf_set(err, r, "[decode] max_pixels = %d cannot be planned", c->decode.max_pixels);
+        per_thread = t.buffer_bytes + t.library_bytes;
+        r = plan_decode_fit(c->memory.host_budget_bytes, KAFKA_LIMITS_MIN_BYTES, c->decode.threads,
+                            decode_default_threads(), per_thread, &n, &limit);
+        if (r < 0)
+                return plan_decode_refuse(err, c->memory.host_budget_bytes, 0, KAFKA_LIMITS_MIN_BYTES,
+                                          c->decode.threads, (uint64_t)c->decode.max_pixels, per_thread);
+        return 0;
 }
 
 int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err) {
@@ -1364,11 +1386,10 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         log_info("Engine %s %s: batch %d, %d slots, device plan %s", engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine), engine_slots(d->engine),
                  units_format_size(plan->total_bytes, size, sizeof(size)));
-        /* What the host budget leaves after the pinned buffers bounds the
-         * records librdkafka may prefetch. */
-        kafka_bytes = d->cfg->memory.host_budget_bytes > plan->pinned_host_bytes
-                              ? d->cfg->memory.host_budget_bytes - plan->pinned_host_bytes
-                              : 0;
+        /* What the host budget leaves after the pinned buffers and the
+         * decode contexts bounds the records librdkafka may prefetch (at
+         * least KAFKA_LIMITS_MIN_BYTES: the plan kept that free). */
+        kafka_bytes = plan->host_rest_bytes;
         kafka_limits_from_budget(kafka_bytes, &lim);
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
@@ -1385,15 +1406,20 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                          d->cfg->kafka.transaction_max_ms);
                 daemon_serve_starting(d);
         }
-        /* The decode contexts the plan counted (daemon_engine_options), one
-         * job per slot position. */
-        r = decode_pool_new(&d->decode, o.decode_threads, o.decode_max_pixels, d->cfg->decode.max_bytes,
-                            (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
+        /* The decode contexts the plan counted, one job per slot position. */
+        r = decode_pool_new(&d->decode, plan->decode_threads, plan->decode_max_pixels, d->cfg->decode.max_bytes,
+                            d->cfg->decode.fast, (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
         if (r < 0)
                 return errbuf_prefix(err, r, "Failed to start the decode threads");
-        log_info("Decode: %d thread%s for images up to %d pixels and %s", o.decode_threads,
-                 o.decode_threads == 1 ? "" : "s", d->cfg->decode.max_pixels,
-                 units_format_size(d->cfg->decode.max_bytes, size, sizeof(size)));
+        log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s; their buffers %s of the host budget",
+                 plan->decode_threads,
+                 plan->decode_threads == 1 ? "" : "s",
+                 plan->decode_limit == PLAN_DECODE_LIMIT_THREADS ? "[decode] threads"
+                 : plan->decode_limit == PLAN_DECODE_LIMIT_CORES ? "the cores minus one"
+                                                                 : "half the host budget left by the pinned buffers",
+                 d->cfg->decode.max_pixels, units_format_size(d->cfg->decode.max_bytes, size, sizeof(size)),
+                 d->cfg->decode.fast ? ", fast JPEG mode ([decode] fast = yes: not identical to torchvision)" : "",
+                 units_format_size(plan->decode_host_bytes, host, sizeof(host)));
 
         /* The pipeline borrows what it is given here (the topic strings and
          * the meta's strings live in d->cfg, d->model and d->engine, which

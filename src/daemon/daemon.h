@@ -27,6 +27,13 @@ typedef struct daemon daemon_t;
  * the signal sources are added here. */
 int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *err);
 
+/* The host budget's part of the plan that needs no engine: an explicit
+ * [decode] threads whose contexts, with librdkafka's minimum, exceed
+ * [memory] host_budget even before any pinned buffer. --check-config runs
+ * it; the full rule runs in the plan at start-up. Returns 0 or -ENOSPC with
+ * a sentence naming the keys. */
+int daemon_check_host_budget(const cfg_t *c, errbuf_t *err);
+
 /* The plan a config gives, without weights or Kafka (inferd --plan).
  * *warning receives a sentence when AUTO fell back to the CPU. */
 int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, errbuf_t *err);

@@ -52,6 +52,12 @@ typedef struct kafka_limits {
         uint64_t producer_queue_kbytes; /* queue.buffering.max.kbytes */
 } kafka_limits_t;
 
+/* The least host memory librdkafka's limits take, however small the budget
+ * left for them: the floors of kafka_limits_from_budget (4 MiB prefetch,
+ * 2 MiB fetch, 4 MiB producer queue). The planner keeps it free of the
+ * pinned buffers and the decode contexts. */
+#define KAFKA_LIMITS_MIN_BYTES ((uint64_t)10 << 20)
+
 /* Derives the limits from the bytes of host memory left for Kafka. */
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret);
 

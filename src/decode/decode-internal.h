@@ -13,14 +13,17 @@ struct decode {
         uint8_t *pixels;                /* terms.pixel_bytes: the decoded image */
         uint8_t *input;                 /* terms.input_bytes, or NULL */
         void *jpeg;                     /* a TurboJPEG decompressor (tjhandle), made once */
+        bool fast;                      /* [decode] fast: DCT-domain reduction and fast upsampling for JPEG */
         resize_scratch_t scratch;       /* carved from one block of terms.resize_bytes */
         void *scratch_block;
 };
 
 /* A decoded image in d->pixels, ready for resize_crop. */
 typedef struct decode_image {
-        uint32_t width, height;
+        uint32_t width, height;         /* of the pixels in d->pixels */
         int channels;                   /* 1 or 3 */
+        uint32_t full_width, full_height; /* of the image: width x height unless reduced */
+        int num, denom;                 /* the reduction: width = ceil(full_width * num / denom); 1/1: none */
 } decode_image_t;
 
 /* Each reads the header into *info, checks it with decode_check_geometry,

@@ -90,6 +90,10 @@ void decode_free(decode_t *d) {
         free(d);
 }
 
+void decode_set_fast(decode_t *d, bool fast) {
+        d->fast = fast;
+}
+
 void *decode_input(decode_t *d) {
         return d->input;
 }
@@ -127,6 +131,8 @@ int decode_record(decode_t *d, const void *data, size_t len, record_format_t f, 
         if (!info)
                 info = &local;
         memset(info, 0, sizeof(*info));
+        memset(&img, 0, sizeof(img));
+        img.num = img.denom = 1;
         info->format = f;
         if (len > d->max_bytes) {
                 *code = RECORD_ERR_TOO_LARGE;
@@ -147,8 +153,8 @@ int decode_record(decode_t *d, const void *data, size_t len, record_format_t f, 
         }
         if (r < 0)
                 return r;
-        r = resize_crop(d->pixels, img.width, img.height, (size_t)img.width * img.channels, img.channels, &d->scratch,
-                        out, err);
+        r = resize_crop_reduced(d->pixels, img.width, img.height, (size_t)img.width * img.channels, img.channels,
+                                img.full_width, img.full_height, img.num, img.denom, &d->scratch, out, err);
         if (r < 0) {
                 *code = RECORD_ERR_DECODE_FAILED;
                 return r;

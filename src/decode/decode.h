@@ -51,6 +51,18 @@ int decode_new(decode_t **ret, uint64_t max_pixels, size_t max_bytes, bool input
 /* NULL is a no-op. */
 void decode_free(decode_t *d);
 
+/* The faster, less exact JPEG mode ([decode] fast; off by default): a JPEG
+ * whose shorter side is at least 2 x DECODE_FAST_MIN_SIDE is decoded
+ * reduced in the DCT domain (by the smallest of libjpeg's factors 1/8..4/8
+ * that keeps the shorter side at DECODE_FAST_MIN_SIDE or more); the resize
+ * then samples the same region as the accurate path (resize_crop_reduced).
+ * The ISLOW IDCT and fancy upsampling are kept (fast upsampling was measured
+ * to gain nothing and to cost accuracy), so smaller JPEGs and PNGs are
+ * decoded exactly as without it. Its measured cost against torchvision is
+ * in docs/perf.md. */
+#define DECODE_FAST_MIN_SIDE 512
+void decode_set_fast(decode_t *d, bool fast);
+
 /* The max_bytes input buffer of a context made with input_copy, else NULL. */
 void *decode_input(decode_t *d);
 size_t decode_max_bytes(const decode_t *d);

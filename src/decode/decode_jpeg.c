@@ -13,6 +13,27 @@
 
 #define DECODE_JPEG_FLAGS (TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS)
 
+/* The reduction [decode] fast uses for a w x h image: the smallest of
+ * TurboJPEG's factors 1/8 .. 4/8 whose reduced shorter side is still at
+ * least DECODE_FAST_MIN_SIDE (twice the Resize(256) target, so that the
+ * bilinear filter still averages two or more samples: PIL's reducing_gap
+ * of 2). None (1/1) below a shorter side of 2 x DECODE_FAST_MIN_SIDE: a
+ * reduction by 5/8 to 7/8 saves little and costs the most accuracy. */
+static void decode_jpeg_reduction(uint32_t w, uint32_t h, int *num, int *denom) {
+        uint32_t s = w < h ? w : h;
+
+        *num = *denom = 1;
+        for (int m = 1; m <= 4; m++) {
+                /* s * m / 8 exactly, not TJSCALED's ceiling: a shorter
+                 * side of 1023 is not reduced. */
+                if ((uint64_t)s * m >= 8 * (uint64_t)DECODE_FAST_MIN_SIDE) {
+                        *num = m;
+                        *denom = 8;
+                        return;
+                }
+        }
+}
+
 /* PIL reads every 4-component JPEG as CMYK in Adobe's inverted polarity
  * ("CMYK;I": it inverts each sample), then converts to RGB as
  * r = (255 - k) - (c * (255 - k)) / 255, its division by 255 rounded as
@@ -49,7 +70,7 @@ static int decode_jpeg_fail(decode_t *d, const char **code, errbuf_t *err) {
 
 int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
                 const char **code, errbuf_t *err) {
-        int w = 0, h = 0, subsamp = -1, cs = -1, pf, r;
+        int w = 0, h = 0, subsamp = -1, cs = -1, pf, r, sw, sh;
 
         if (!d->jpeg && !(d->jpeg = tjInitDecompress())) {
                 *code = RECORD_ERR_DECODE_FAILED;
@@ -70,13 +91,24 @@ int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *inf
         if (r < 0)
                 return r;
         pf = info->channels == 1 ? TJPF_GRAY : info->channels == 4 ? TJPF_CMYK : TJPF_RGB;
-        /* w * h * 4 <= max_pixels * 4 == the pixel buffer, checked above. */
-        if (tjDecompress2(d->jpeg, data, (unsigned long)len, d->pixels, w, 0, h, pf, DECODE_JPEG_FLAGS) < 0)
+        img->full_width = (uint32_t)w;
+        img->full_height = (uint32_t)h;
+        img->num = img->denom = 1;
+        /* Fast upsampling (TJFLAG_FASTUPSAMPLE) is not used: measured on
+         * the test photographs it gained nothing (libjpeg-turbo's fancy
+         * upsampling is SIMD) and moved the logits by 6e-2 (docs/perf.md). */
+        if (d->fast)
+                decode_jpeg_reduction((uint32_t)w, (uint32_t)h, &img->num, &img->denom);
+        /* TurboJPEG picks the factor M/8 whose TJSCALED size matches these. */
+        sw = (int)(((uint64_t)w * img->num + img->denom - 1) / img->denom);
+        sh = (int)(((uint64_t)h * img->num + img->denom - 1) / img->denom);
+        /* sw * sh * 4 <= w * h * 4 <= max_pixels * 4 == the pixel buffer. */
+        if (tjDecompress2(d->jpeg, data, (unsigned long)len, d->pixels, sw, 0, sh, pf, DECODE_JPEG_FLAGS) < 0)
                 return decode_jpeg_fail(d, code, err);
         if (info->channels == 4)
-                decode_cmyk_to_rgb(d->pixels, (size_t)w * h);
-        img->width = (uint32_t)w;
-        img->height = (uint32_t)h;
+                decode_cmyk_to_rgb(d->pixels, (size_t)sw * sh);
+        img->width = (uint32_t)sw;
+        img->height = (uint32_t)sh;
         img->channels = info->channels == 1 ? 1 : 3;
         return 0;
 }

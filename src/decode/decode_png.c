@@ -83,6 +83,8 @@ int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info
         img->width = ihdr.width;
         img->height = ihdr.height;
         img->channels = ch;
+        img->full_width = ihdr.width;
+        img->full_height = ihdr.height;
         r = 0;
 out:
         spng_ctx_free(ctx);

@@ -15,6 +15,7 @@
 #ifndef INFERD_DECODE_POOL_H
 #define INFERD_DECODE_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,10 +38,11 @@ typedef struct decode_job {
 } decode_job_t;
 
 /* Starts `threads` threads (>= 1), each with a decode context for images of
- * up to max_pixels and max_bytes, and queues for `capacity` jobs. Returns 0,
- * -EINVAL, -ENOMEM, or the error of a thread or eventfd that cannot start. */
-int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, size_t capacity,
-                    errbuf_t *err);
+ * up to max_pixels and max_bytes (in the fast mode when fast: see
+ * decode_set_fast), and queues for `capacity` jobs. Returns 0, -EINVAL,
+ * -ENOMEM, or the error of a thread or eventfd that cannot start. */
+int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
+                    size_t capacity, errbuf_t *err);
 
 /* Stops the threads after their current job (queued jobs are dropped
  * unreaped) and frees the pool. NULL is a no-op. */

@@ -11,6 +11,7 @@
 #include "decode/resize.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "core/plan.h"
@@ -49,12 +50,12 @@ static double resize_triangle(double x) {
 }
 
 /* The taps of the OUT outputs first..first+OUT-1 of an axis resampled from
- * in_size to out_size samples. The expressions keep PIL's order of
+ * in_size samples at `scale` input samples per output sample (PIL's:
+ * (double)(float)in_size / out_size). The expressions keep PIL's order of
  * operations, so that every double, and so every rounded weight, is the
  * same. */
-static int resize_axis(uint32_t in_size, uint32_t out_size, uint32_t first, int32_t *coef, int32_t *start,
+static int resize_axis(uint32_t in_size, double scale, uint32_t first, int32_t *coef, int32_t *start,
                        int32_t *count, size_t taps_cap) {
-        double scale = (double)(float)in_size / out_size;
         double filterscale = scale < 1.0 ? 1.0 : scale;
         double support = 1.0 * filterscale;
         double w[taps_cap];
@@ -121,23 +122,49 @@ static void resize_row(const uint8_t *in, int ch, const int32_t *coef, const int
         }
 }
 
+/* PIL's scale of an axis: in_size / out_size, with in_size through a float. */
+static double resize_pil_scale(uint32_t in_size, uint32_t out_size) {
+        return (double)(float)in_size / out_size;
+}
+
 int resize_crop(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride, int ch, resize_scratch_t *s,
                 uint8_t *dst, errbuf_t *err) {
+        return resize_crop_reduced(src, in_w, in_h, stride, ch, in_w, in_h, 1, 1, s, dst, err);
+}
+
+int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride, int ch, uint32_t full_w,
+                        uint32_t full_h, int num, int denom, resize_scratch_t *s, uint8_t *dst, errbuf_t *err) {
         resize_geometry_t g;
+        bool reduced = num != denom;
+        double scale_x, scale_y;
         const uint8_t *rows;            /* the horizontal pass's output (or the source): (n_rows, OUT, ch) */
         size_t rows_stride, row_bytes = (size_t)OUT * ch;
         uint8_t line[OUT * 3];
         int need_h, need_v, r;
         uint32_t base;
 
-        if (in_w < 1 || in_h < 1 || (ch != 1 && ch != 3))
-                return errbuf_set(err, -EINVAL, "cannot resize a %ux%u image of %d channels", in_w, in_h, ch);
-        resize_geometry(in_w, in_h, &g);
-        need_h = g.out_w != in_w;
-        need_v = g.out_h != in_h;
+        if (in_w < 1 || in_h < 1 || (ch != 1 && ch != 3) || num < 1 || denom < 1 || num > denom)
+                return errbuf_set(err, -EINVAL, "cannot resize a %ux%u image of %d channels at %d/%d", in_w, in_h,
+                                  ch, num, denom);
+        /* The geometry is the full image's, whatever the decoder reduced:
+         * the same resized size and crop as the accurate path. */
+        resize_geometry(full_w, full_h, &g);
+        if (reduced) {
+                /* Sample j of a reduced axis covers full samples [j, j + 1) *
+                 * denom / num, so an output centre c (in full samples) is at
+                 * c * num / denom in reduced ones. */
+                scale_x = (double)full_w * num / denom / g.out_w;
+                scale_y = (double)full_h * num / denom / g.out_h;
+                need_h = need_v = 1;
+        } else {
+                scale_x = resize_pil_scale(in_w, g.out_w);
+                scale_y = resize_pil_scale(in_h, g.out_h);
+                need_h = g.out_w != in_w;
+                need_v = g.out_h != in_h;
+        }
 
         if (need_v) {
-                r = resize_axis(in_h, g.out_h, g.crop_y, s->coef_y, s->first_y, s->count_y, s->taps_cap);
+                r = resize_axis(in_h, scale_y, g.crop_y, s->coef_y, s->first_y, s->count_y, s->taps_cap);
                 if (r < 0)
                         return errbuf_set(err, r, "resizing %ux%u needs more filter taps than planned (%zu)", in_w,
                                           in_h, s->taps_cap);
@@ -151,7 +178,7 @@ int resize_crop(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride,
                 if (n_rows > s->rows_cap)
                         return errbuf_set(err, -E2BIG, "resizing %ux%u needs %u rows, more than the %zu planned", in_w,
                                           in_h, n_rows, s->rows_cap);
-                r = resize_axis(in_w, g.out_w, g.crop_x, s->coef_x, s->first_x, s->count_x, s->taps_cap);
+                r = resize_axis(in_w, scale_x, g.crop_x, s->coef_x, s->first_x, s->count_x, s->taps_cap);
                 if (r < 0)
                         return errbuf_set(err, r, "resizing %ux%u needs more filter taps than planned (%zu)", in_w,
                                           in_h, s->taps_cap);

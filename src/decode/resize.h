@@ -52,4 +52,15 @@ typedef struct resize_scratch {
 int resize_crop(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride, int channels,
                 resize_scratch_t *scratch, uint8_t *dst, errbuf_t *err);
 
+/* As resize_crop, for an image of full_w x full_h that the decoder reduced
+ * by num/denom (a DCT-domain scaling: in_w = ceil(full_w * num / denom), and
+ * likewise in_h) into src: the geometry (resized size, crop) is the full
+ * image's, and every output sample is centred where the full image's would
+ * be, so the crop covers the same region. The filter is PIL's, over the
+ * reduced samples; not bit-identical to the accurate path (that is what
+ * [decode] fast trades). num == denom is resize_crop. */
+int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride, int channels,
+                        uint32_t full_w, uint32_t full_h, int num, int denom, resize_scratch_t *scratch, uint8_t *dst,
+                        errbuf_t *err);
+
 #endif

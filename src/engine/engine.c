@@ -92,6 +92,8 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->max_batch = o->max_batch;
         req->top_k = o->top_k;
         req->decode_threads = o->decode_threads;
+        req->decode_threads_auto = o->decode_threads_auto;
+        req->host_reserve_bytes = o->host_reserve_bytes;
         req->decode_max_pixels = o->decode_max_pixels;
         req->decode_input_bytes = o->decode_input_bytes;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;

@@ -111,7 +111,10 @@ typedef struct engine_options {
         int max_batch;          /* cap, default 256 */
         int pipeline_depth;     /* >= 2, default 2 */
         int top_k;              /* 1..ENGINE_TOPK_MAX, default 5 */
-        int decode_threads;     /* JPEG/PNG decode contexts to plan (src/decode); 0 = none */
+        int decode_threads;     /* JPEG/PNG decode contexts to plan (src/decode); 0 = decode_threads_auto */
+        int decode_threads_auto;        /* with decode_threads 0: as many as the host budget allows, up to
+                                         * this (plan_decode_fit); both 0: no decoding planned */
+        uint64_t host_reserve_bytes;    /* host budget kept free of pinned buffers and decoding (librdkafka) */
         uint64_t decode_max_pixels;     /* their image limit ([decode] max_pixels) */
         uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
 } engine_options_t;

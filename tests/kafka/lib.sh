@@ -86,6 +86,13 @@ kt_config() {
                 echo "timeout_s = 60"
                 echo "[metrics]"
                 echo "listen = ${KT_LISTEN:-}"
+                # The decode contexts are charged against host_budget: 4 MP
+                # (~95 MiB a context) lets 2 of them fit in 256 MiB beside
+                # the pinned buffers and librdkafka's minimum. skimage's
+                # photographs and inferd-produce's images are all far
+                # smaller; the bomb headers are refused either way.
+                echo "[decode]"
+                echo "max_pixels = 4000000"
                 local l
                 for l in "$@"; do echo "$l"; done
         } >"$KT_DIR/$name.ini"

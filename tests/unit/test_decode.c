@@ -5,10 +5,15 @@
  * images are made here with TurboJPEG and libspng's encoder; the numerics
  * against torchvision are tests/decode's. */
 #include <errno.h>
+#include <malloc.h>
+#include <math.h>
 #include <spng.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "decode/decode.h"
 #include "decode/resize.h"
@@ -341,6 +346,181 @@ static void test_decode_extreme_geometries(void) {
         decode_free(d);
 }
 
+/* [decode] fast on a large JPEG (2048x1536, reduced by 3/8 to 768x576) of
+ * a smooth pattern with strong gradients: its 224x224 is close to the
+ * accurate path's, and of the same region: closer to the accurate crop than
+ * to the accurate crops of the same scene drawn one output pixel (6 pixels
+ * of the scene) over in each direction. A smaller JPEG (shorter side below
+ * 1024) is not reduced: identical. */
+static uint8_t *test_pattern_jpeg(int w, int h, int dx, int dy, int subsamp, size_t *len) {
+        uint8_t *img = malloc((size_t)w * h * 3), *buf = NULL, *out;
+        unsigned long n = 0;
+        tjhandle t = tjInitCompress();
+
+        for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) {
+                        double u = (x + dx) * 2 * 3.14159265358979 / 97.0, v = (y + dy) * 2 * 3.14159265358979 / 131.0;
+                        uint8_t *q = img + ((size_t)y * w + x) * 3;
+
+                        q[0] = (uint8_t)(128 + 100 * sin(u) * cos(v));
+                        q[1] = (uint8_t)(128 + 100 * cos(u * 0.7 + v));
+                        q[2] = (uint8_t)(128 + 100 * sin(v * 1.3 - u * 0.4));
+                }
+        CU_ASSERT_FATAL(t != NULL);
+        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, subsamp, 95, 0) == 0);
+        out = malloc(n);
+        memcpy(out, buf, n);
+        tjFree(buf);
+        tjDestroy(t);
+        free(img);
+        *len = n;
+        return out;
+}
+
+static double test_mean_abs(const uint8_t *a, const uint8_t *b) {
+        double s = 0;
+
+        for (size_t i = 0; i < 224 * 224 * 3; i++)
+                s += abs((int)a[i] - (int)b[i]);
+        return s / (224 * 224 * 3);
+}
+
+static void test_decode_fast_mode(void) {
+        /* The resized image is 341x256 of the 2048x1536 scene at a scale of
+         * 6: a one-pixel move of the output is 6 pixels of the scene. */
+        static const int moves[][2] = { { 6, 0 }, { -6, 0 }, { 0, 6 }, { 0, -6 } };
+        decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);
+        uint8_t *jpeg, acc[224 * 224 * 3], fast[224 * 224 * 3], moved[224 * 224 * 3];
+        size_t len, mlen;
+        const char *code;
+        errbuf_t err;
+        double d0, worst = 0;
+
+        jpeg = test_pattern_jpeg(2048, 1536, 0, 0, TJSAMP_420, &len);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, acc, NULL, &code, &err), 0);
+        decode_set_fast(d, true);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, fast, NULL, &code, &err), 0);
+        d0 = test_mean_abs(acc, fast);
+        for (size_t i = 0; i < sizeof(acc); i++)
+                if (abs((int)acc[i] - (int)fast[i]) > worst)
+                        worst = abs((int)acc[i] - (int)fast[i]);
+        CU_ASSERT(memcmp(acc, fast, sizeof(acc)) != 0);        /* it did take the fast path */
+        CU_ASSERT(d0 < 1.5);
+        CU_ASSERT(worst <= 16);
+        decode_set_fast(d, false);
+        for (size_t m = 0; m < sizeof(moves) / sizeof(moves[0]); m++) {
+                uint8_t *mj = test_pattern_jpeg(2048, 1536, moves[m][0], moves[m][1], TJSAMP_420, &mlen);
+
+                CU_ASSERT_EQUAL_FATAL(decode_record(d, mj, mlen, RECORD_JPEG, moved, NULL, &code, &err), 0);
+                CU_ASSERT(d0 < test_mean_abs(moved, fast));
+                free(mj);
+        }
+        free(jpeg);
+
+        /* Small: not reduced, so identical. */
+        jpeg = test_pattern_jpeg(1200, 1023, 0, 0, TJSAMP_420, &len);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, acc, NULL, &code, &err), 0);
+        decode_set_fast(d, true);
+        CU_ASSERT_EQUAL_FATAL(decode_record(d, jpeg, len, RECORD_JPEG, fast, NULL, &code, &err), 0);
+        CU_ASSERT(memcmp(acc, fast, sizeof(acc)) == 0);
+        free(jpeg);
+        decode_free(d);
+}
+
+/* Reads a "Vm...:  N kB" line of /proc/self/status, in bytes; 0 if absent. */
+static uint64_t test_status_bytes(const char *key) {
+        char line[256];
+        uint64_t kb = 0;
+        FILE *f = fopen("/proc/self/status", "r");
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, key, strlen(key)) == 0) {
+                        kb = strtoull(line + strlen(key), NULL, 10);
+                        break;
+                }
+        fclose(f);
+        return kb * 1024;
+}
+
+/* The planner's per-context figure against what a context really takes at
+ * its worst: a progressive CMYK 4:4:4 JPEG (libjpeg keeps all four
+ * components' coefficients whole, 8 bytes a pixel, the largest library
+ * term) of exactly max_pixels, decoded by a fresh context in a child
+ * process. The peak resident set (VmHWM, reset through clear_refs after the
+ * image was made) grows by the context's buffers and libjpeg's working
+ * memory: it must stay within buffer_bytes + library_bytes, and exceed the
+ * pixels and coefficients the decode must touch (or the measurement saw
+ * nothing). Large blocks are mmapped and unmapped when freed
+ * (M_MMAP_THRESHOLD fixed), so that no freed page is reused unseen. */
+static void test_decode_planned_memory_against_rss(void) {
+        enum { MW = 3000, MH = 2000 };
+        int fds[2];
+        pid_t pid;
+        uint64_t got[3] = { 0, 0, 0 };
+        plan_decode_terms_t t;
+
+        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)MW * MH, 0, &t) == 0);
+        CU_ASSERT_FATAL(pipe(fds) == 0);
+        pid = fork();
+        CU_ASSERT_FATAL(pid >= 0);
+        if (pid == 0) {
+                uint8_t *img, *jpeg = NULL, out[224 * 224 * 3];
+                unsigned long n = 0;
+                uint64_t res[3] = { 0, 0, 0 };
+                tjhandle tj;
+                decode_t *d = NULL;
+                const char *code = NULL;
+                errbuf_t err;
+                FILE *f;
+
+                mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+                mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+                img = malloc((size_t)MW * MH * 4);
+                for (size_t i = 0; i < (size_t)MW * MH * 4; i++)
+                        img[i] = (uint8_t)(i * 2654435761u >> 13);   /* noise: every coefficient busy */
+                tj = tjInitCompress();
+                if (!tj || tjCompress2(tj, img, MW, 0, MH, TJPF_CMYK, &jpeg, &n, TJSAMP_444, 90,
+                                       TJFLAG_PROGRESSIVE) != 0)
+                        _exit(2);
+                tjDestroy(tj);
+                free(img);
+                f = fopen("/proc/self/clear_refs", "w");
+                if (!f || fputs("5", f) < 0 || fclose(f) != 0)
+                        _exit(3);
+                res[0] = test_status_bytes("VmRSS:");
+                if (decode_new(&d, (uint64_t)MW * MH, DECODE_DEFAULT_MAX_BYTES, false, &err) < 0 ||
+                    decode_record(d, jpeg, n, RECORD_JPEG, out, NULL, &code, &err) < 0)
+                        _exit(4);
+                res[1] = test_status_bytes("VmHWM:");
+                res[2] = n;
+                decode_free(d);
+                tjFree(jpeg);
+                if (write(fds[1], res, sizeof(res)) != (ssize_t)sizeof(res))
+                        _exit(5);
+                _exit(0);
+        }
+        close(fds[1]);
+        CU_ASSERT_EQUAL(read(fds[0], got, sizeof(got)), (ssize_t)sizeof(got));
+        close(fds[0]);
+        {
+                int status = 0;
+
+                CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+                CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+        CU_ASSERT(got[0] > 0 && got[1] > got[0]);
+        /* Touched at least: the CMYK pixels (4 a pixel) and the coefficients (8). */
+        CU_ASSERT(got[1] - got[0] >= 11ULL * MW * MH);  /* 12, less a margin for pages the heap reused */
+        CU_ASSERT(got[1] - got[0] <= t.buffer_bytes + t.library_bytes);
+        if (getenv("INFERD_TEST_VERBOSE"))
+                fprintf(stderr, "decode context, %dx%d progressive CMYK (%llu bytes): peak RSS +%llu bytes, planned "
+                        "%llu (buffers %llu, library bound %llu)\n", MW, MH, (unsigned long long)got[2],
+                        (unsigned long long)(got[1] - got[0]), (unsigned long long)(t.buffer_bytes + t.library_bytes),
+                        (unsigned long long)t.buffer_bytes, (unsigned long long)t.library_bytes);
+}
+
 int test_decode_register(void) {
         static CU_TestInfo tests[] = {
                 { "valid_images", test_decode_valid_images },
@@ -351,6 +531,8 @@ int test_decode_register(void) {
                 { "empty_and_limits", test_decode_empty_and_limits },
                 { "geometry", test_decode_geometry },
                 { "extreme_geometries", test_decode_extreme_geometries },
+                { "planned_memory_against_rss", test_decode_planned_memory_against_rss },
+                { "fast_mode", test_decode_fast_mode },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("decode", tests);

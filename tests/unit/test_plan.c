@@ -290,6 +290,95 @@ static void test_plan_decode_buffers(void) {
         model_free(m);
 }
 
+/* plan_decode_fit by hand, with contexts of 100 bytes and a reserve of 10:
+ * of 1000 bytes left, 990 are usable, so 9 explicit contexts fit and 10 do
+ * not; automatic ones take at most half of the 1000 (5), fewer when the
+ * cores say so, and 1 whenever 1 fits beside the reserve. */
+static void test_plan_decode_fit_rule(void) {
+        plan_decode_limit_t l = PLAN_DECODE_LIMIT_NONE;
+        int n = -1;
+
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 10, 9, 15, 100, &n, &l), 0);
+        CU_ASSERT(n == 9 && l == PLAN_DECODE_LIMIT_THREADS);
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 10, 10, 15, 100, &n, &l), -ENOSPC);
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 10, 0, 15, 100, &n, &l), 0);
+        CU_ASSERT(n == 5 && l == PLAN_DECODE_LIMIT_BUDGET);
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 10, 0, 3, 100, &n, &l), 0);
+        CU_ASSERT(n == 3 && l == PLAN_DECODE_LIMIT_CORES);
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 10, 0, 5, 100, &n, &l), 0);
+        CU_ASSERT(n == 5 && l == PLAN_DECODE_LIMIT_CORES);
+        /* Half of 150 holds none; one still fits beside the reserve. */
+        CU_ASSERT_EQUAL(plan_decode_fit(150, 10, 0, 15, 100, &n, &l), 0);
+        CU_ASSERT(n == 1 && l == PLAN_DECODE_LIMIT_BUDGET);
+        CU_ASSERT_EQUAL(plan_decode_fit(109, 10, 0, 15, 100, &n, &l), -ENOSPC);
+        CU_ASSERT_EQUAL(plan_decode_fit(110, 10, 0, 15, 100, &n, &l), 0);
+        CU_ASSERT_EQUAL(plan_decode_fit(5, 10, 1, 15, 100, &n, &l), -ENOSPC);
+        /* A reserve larger than half: automatic contexts stop at the reserve. */
+        CU_ASSERT_EQUAL(plan_decode_fit(1000, 700, 0, 15, 100, &n, &l), 0);
+        CU_ASSERT(n == 3 && l == PLAN_DECODE_LIMIT_BUDGET);
+}
+
+/* The rule inside plan_make, for the case the issue names: 15 automatic
+ * threads (16 cores) at the default 50 MP and 2 GiB host budget. Each
+ * context is ~644 MiB, so the budget's half (less the pinned buffers)
+ * holds one; pinned + decode + what is left for librdkafka is the budget
+ * exactly, and librdkafka keeps at least its reserve. Three explicit threads
+ * fit; four do not, and the refusal names the keys. */
+static void test_plan_decode_charged_to_host_budget(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+        uint64_t per;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.max_batch = 8;
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.host_reserve_bytes = (uint64_t)10 << 20;
+        req.decode_threads_auto = 15;
+        req.decode_max_pixels = 50000000;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        per = p.decode.buffer_bytes + p.decode.library_bytes;
+        CU_ASSERT(per > (uint64_t)600 << 20 && per < (uint64_t)700 << 20);
+        CU_ASSERT_EQUAL(p.decode_threads, 1);
+        CU_ASSERT_EQUAL(p.decode_limit, PLAN_DECODE_LIMIT_BUDGET);
+        CU_ASSERT_EQUAL(p.decode_host_bytes, per);
+        CU_ASSERT_EQUAL(p.pinned_host_bytes + p.decode_host_bytes + p.host_rest_bytes, p.host_budget_bytes);
+        CU_ASSERT(p.host_rest_bytes >= req.host_reserve_bytes);
+        CU_ASSERT_EQUAL(p.max_batch, 8);
+
+        /* 8 GiB: half of it, less the pinned buffers, holds 6. */
+        req.host_budget_bytes = (uint64_t)8 << 30;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.decode_threads, (int)((req.host_budget_bytes - p.pinned_host_bytes) / 2 / per));
+        CU_ASSERT_EQUAL(p.decode_threads, 6);
+        /* 16 GiB: 13 of the 15; with 3 cores allowed, the cores decide. */
+        req.host_budget_bytes = (uint64_t)16 << 30;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT(p.decode_threads == 13 && p.decode_limit == PLAN_DECODE_LIMIT_BUDGET);
+        req.decode_threads_auto = 3;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT(p.decode_threads == 3 && p.decode_limit == PLAN_DECODE_LIMIT_CORES);
+
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.decode_threads = 3;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT(p.decode_threads == 3 && p.decode_limit == PLAN_DECODE_LIMIT_THREADS);
+        CU_ASSERT(p.pinned_host_bytes + p.decode_host_bytes + req.host_reserve_bytes <= p.host_budget_bytes);
+        req.decode_threads = 4;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[decode] threads = 4"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[memory] host_budget (2.0 GiB)"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[decode] max_pixels = 50000000"));
+        /* Automatic, but not even one context fits: refused as well. */
+        req.decode_threads = 0;
+        req.host_budget_bytes = (uint64_t)600 << 20;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "1 decode thread of"));
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
@@ -302,6 +391,8 @@ int test_plan_register(void) {
                 { "rejects_bad_requests", test_plan_rejects_bad_requests },
                 { "incident_card", test_plan_incident_card },
                 { "decode_buffers", test_plan_decode_buffers },
+                { "decode_fit_rule", test_plan_decode_fit_rule },
+                { "decode_charged_to_host_budget", test_plan_decode_charged_to_host_budget },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);
