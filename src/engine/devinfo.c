@@ -162,8 +162,9 @@ int devinfo_cuda(int device, devinfo_t *ret, errbuf_t *err) {
         if (r == 0)
                 return 0;
         /* NVML failed or is absent: measure through a context, which takes
-         * some of what it measures; the note says so. */
-        snprintf(ret->note, sizeof(ret->note), "%s; cudaMemGetInfo created a CUDA context, whose own memory is not counted as free", why);
+         * some of what it measures; the note says so (why cut so that
+         * the sentence after it always fits). */
+        snprintf(ret->note, sizeof(ret->note), "%.160s; cudaMemGetInfo created a CUDA context, whose own memory is not counted as free", why);
         r = engine_cuda_device_memory(device, ret->name, sizeof(ret->name), &ret->total_bytes, &ret->free_bytes, err);
         if (r < 0)
                 return r;
