@@ -36,14 +36,15 @@ static uint8_t *test_image(int w, int h) {
         return p;
 }
 
-/* A baseline 4:2:0 JPEG of the test image; free() the result. */
-static uint8_t *test_jpeg(int w, int h, size_t *len) {
-        uint8_t *img = test_image(w, h), *buf = NULL, *out;
+/* img (w x h RGB8) as a baseline JPEG of that chroma subsampling and
+ * quality; frees img; free() the result. */
+static uint8_t *test_encode_jpeg(uint8_t *img, int w, int h, int subsamp, int quality, size_t *len) {
+        uint8_t *buf = NULL, *out;
         unsigned long n = 0;
         tjhandle t = tjInitCompress();
 
         CU_ASSERT_FATAL(t != NULL);
-        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, 90, 0) == 0);
+        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, subsamp, quality, 0) == 0);
         out = malloc(n);
         memcpy(out, buf, n);
         tjFree(buf);
@@ -53,7 +54,11 @@ static uint8_t *test_jpeg(int w, int h, size_t *len) {
         return out;
 }
 
-/* An RGB8 PNG of the test image; free() the result. */
+/* A baseline 4:2:0 JPEG of the test image; free() the result. */
+static uint8_t *test_jpeg(int w, int h, size_t *len) {
+        return test_encode_jpeg(test_image(w, h), w, h, TJSAMP_420, 90, len);
+}
+
 static uint8_t *test_png(int w, int h, size_t *len) {
         struct spng_ihdr ihdr = { .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
                                   .color_type = SPNG_COLOR_TYPE_TRUECOLOR };
@@ -353,9 +358,7 @@ static void test_decode_extreme_geometries(void) {
  * of the scene) over in each direction. A smaller JPEG (shorter side below
  * 1024) is not reduced: identical. */
 static uint8_t *test_pattern_jpeg(int w, int h, int dx, int dy, int subsamp, size_t *len) {
-        uint8_t *img = malloc((size_t)w * h * 3), *buf = NULL, *out;
-        unsigned long n = 0;
-        tjhandle t = tjInitCompress();
+        uint8_t *img = malloc((size_t)w * h * 3);
 
         for (int y = 0; y < h; y++)
                 for (int x = 0; x < w; x++) {
@@ -366,15 +369,7 @@ static uint8_t *test_pattern_jpeg(int w, int h, int dx, int dy, int subsamp, siz
                         q[1] = (uint8_t)(128 + 100 * cos(u * 0.7 + v));
                         q[2] = (uint8_t)(128 + 100 * sin(v * 1.3 - u * 0.4));
                 }
-        CU_ASSERT_FATAL(t != NULL);
-        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, subsamp, 95, 0) == 0);
-        out = malloc(n);
-        memcpy(out, buf, n);
-        tjFree(buf);
-        tjDestroy(t);
-        free(img);
-        *len = n;
-        return out;
+        return test_encode_jpeg(img, w, h, subsamp, 95, len);
 }
 
 static double test_mean_abs(const uint8_t *a, const uint8_t *b) {
