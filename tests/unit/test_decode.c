@@ -17,6 +17,7 @@
 
 #include "decode/decode.h"
 #include "decode/resize.h"
+#include "jpeg_build.h"
 #include "unit.h"
 
 #define W 300
@@ -36,27 +37,9 @@ static uint8_t *test_image(int w, int h) {
         return p;
 }
 
-/* img (w x h RGB8) as a baseline JPEG of that chroma subsampling and
- * quality; frees img; free() the result. */
-static uint8_t *test_encode_jpeg(uint8_t *img, int w, int h, int subsamp, int quality, size_t *len) {
-        uint8_t *buf = NULL, *out;
-        unsigned long n = 0;
-        tjhandle t = tjInitCompress();
-
-        CU_ASSERT_FATAL(t != NULL);
-        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, subsamp, quality, 0) == 0);
-        out = malloc(n);
-        memcpy(out, buf, n);
-        tjFree(buf);
-        tjDestroy(t);
-        free(img);
-        *len = n;
-        return out;
-}
-
 /* A baseline 4:2:0 JPEG of the test image; free() the result. */
 static uint8_t *test_jpeg(int w, int h, size_t *len) {
-        return test_encode_jpeg(test_image(w, h), w, h, TJSAMP_420, 90, len);
+        return jpeg_build(test_image(w, h), w, h, TJSAMP_420, 90, len);
 }
 
 static uint8_t *test_png(int w, int h, size_t *len) {
@@ -369,7 +352,7 @@ static uint8_t *test_pattern_jpeg(int w, int h, int dx, int dy, int subsamp, siz
                         q[1] = (uint8_t)(128 + 100 * cos(u * 0.7 + v));
                         q[2] = (uint8_t)(128 + 100 * sin(v * 1.3 - u * 0.4));
                 }
-        return test_encode_jpeg(img, w, h, subsamp, 95, len);
+        return jpeg_build(img, w, h, subsamp, 95, len);
 }
 
 static double test_mean_abs(const uint8_t *a, const uint8_t *b) {

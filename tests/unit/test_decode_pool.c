@@ -9,23 +9,15 @@
 
 #include "decode/decode.h"
 #include "decode/pool.h"
+#include "jpeg_build.h"
 #include "unit.h"
 
 static uint8_t *pool_jpeg(int w, int h, size_t *len) {
-        uint8_t *img = malloc((size_t)w * h * 3), *buf = NULL, *out;
-        unsigned long n = 0;
-        tjhandle t = tjInitCompress();
+        uint8_t *img = malloc((size_t)w * h * 3);
 
         for (int i = 0; i < w * h * 3; i++)
                 img[i] = (uint8_t)(i * 7);
-        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, 85, 0) == 0);
-        out = malloc(n);
-        memcpy(out, buf, n);
-        tjFree(buf);
-        tjDestroy(t);
-        free(img);
-        *len = n;
-        return out;
+        return jpeg_build(img, w, h, TJSAMP_420, 85, len);
 }
 
 static void test_decode_pool_round_trip(void) {

@@ -294,6 +294,27 @@ static void test_pipeline_live_settings_and_stats(void) {
         tp_teardown(&t);
 }
 
+/* One turn of the loop daemon.c runs. */
+static void tp_turn(tp_t *t) {
+        struct pollfd p[3] = {
+                { .fd = kafka_consumer_fd(t->kafka), .events = POLLIN },
+                { .fd = kafka_producer_fd(t->kafka), .events = POLLIN },
+                { .fd = engine_completion_fd(t->engine), .events = POLLIN },
+        };
+
+        poll(p, 3, 10);
+        kafka_fd_clear(p[0].fd);
+        kafka_fd_clear(p[1].fd);
+        if (t->deadline_us && pipeline_now_us() >= t->deadline_us) {
+                t->deadline_us = 0;
+                pipeline_delay_expired(t->pipeline);
+        }
+        pipeline_pump(t->pipeline);
+        pipeline_reap(t->pipeline);
+        kafka_poll_producer(t->kafka);
+        pipeline_produce_pending(t->pipeline);
+}
+
 /* Runs the loop daemon.c runs, until every record was acknowledged. */
 static void test_pipeline_records_to_predictions_and_dlq(void) {
         pipeline_stats_t st;
@@ -307,23 +328,7 @@ static void test_pipeline_records_to_predictions_and_dlq(void) {
         end = pipeline_now_us() + TP_TIMEOUT_US;
         while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
                pipeline_now_us() < end) {
-                struct pollfd p[3] = {
-                        { .fd = kafka_consumer_fd(t.kafka), .events = POLLIN },
-                        { .fd = kafka_producer_fd(t.kafka), .events = POLLIN },
-                        { .fd = engine_completion_fd(t.engine), .events = POLLIN },
-                };
-
-                poll(p, 3, 10);
-                kafka_fd_clear(p[0].fd);
-                kafka_fd_clear(p[1].fd);
-                if (t.deadline_us && pipeline_now_us() >= t.deadline_us) {
-                        t.deadline_us = 0;
-                        pipeline_delay_expired(t.pipeline);
-                }
-                pipeline_pump(t.pipeline);
-                pipeline_reap(t.pipeline);
-                kafka_poll_producer(t.kafka);
-                pipeline_produce_pending(t.pipeline);
+                tp_turn(&t);
         }
         CU_ASSERT_EQUAL(t.fails, 0);
         CU_ASSERT_EQUAL(t.delivery_errors, 0);
@@ -345,27 +350,6 @@ static void test_pipeline_records_to_predictions_and_dlq(void) {
         /* Every offset handed out was acknowledged, in order. */
         CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
         tp_teardown(&t);
-}
-
-/* One turn of the loop daemon.c runs. */
-static void tp_turn(tp_t *t) {
-        struct pollfd p[3] = {
-                { .fd = kafka_consumer_fd(t->kafka), .events = POLLIN },
-                { .fd = kafka_producer_fd(t->kafka), .events = POLLIN },
-                { .fd = engine_completion_fd(t->engine), .events = POLLIN },
-        };
-
-        poll(p, 3, 10);
-        kafka_fd_clear(p[0].fd);
-        kafka_fd_clear(p[1].fd);
-        if (t->deadline_us && pipeline_now_us() >= t->deadline_us) {
-                t->deadline_us = 0;
-                pipeline_delay_expired(t->pipeline);
-        }
-        pipeline_pump(t->pipeline);
-        pipeline_reap(t->pipeline);
-        kafka_poll_producer(t->kafka);
-        pipeline_produce_pending(t->pipeline);
 }
 
 /* The exactly-once commit point: with the intake closed nothing is taken
