@@ -126,3 +126,35 @@ const char *units_format_size(uint64_t bytes, char *buf, size_t len) {
                 snprintf(buf, len, "%.1f %s", v, names[i]);
         return buf;
 }
+
+int units_parse_listen(const char *s, char *host, size_t host_len, unsigned *port) {
+        const char *colon = strrchr(s, ':'), *h = s;
+        char *end;
+        size_t n;
+        long p;
+
+        if (!colon || colon == s || !colon[1] || colon[1] == '-' || colon[1] == '+')
+                return -EINVAL;
+        n = (size_t)(colon - s);
+        if (s[0] == '[') {
+                if (n < 3 || colon[-1] != ']')
+                        return -EINVAL;
+                h++;
+                n -= 2;
+        } else if (memchr(s, ']', n) || memchr(s, ':', n)) {
+                return -EINVAL;         /* a stray bracket, or a bare IPv6 address */
+        }
+        errno = 0;
+        p = strtol(colon + 1, &end, 10);
+        if (errno || *end || p < 1 || p > 65535)
+                return -EINVAL;
+        if (host) {
+                if (n >= host_len)
+                        return -EINVAL;
+                memcpy(host, h, n);
+                host[n] = '\0';
+        }
+        if (port)
+                *port = (unsigned)p;
+        return 0;
+}

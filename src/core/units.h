@@ -1,5 +1,5 @@
-/* units: sizes and budgets as people write them ("11GiB", "512MiB", "70%").
- * Parsing and formatting only. */
+/* units: sizes, budgets and addresses as people write them ("11GiB",
+ * "512MiB", "70%", "127.0.0.1:9464"). Parsing and formatting only. */
 #ifndef INFERD_UNITS_H
 #define INFERD_UNITS_H
 
@@ -17,6 +17,14 @@ int units_parse_budget(const char *s, uint64_t capacity_bytes, uint64_t *ret);
 
 /* True when s is a percentage ("70%"). */
 int units_is_percent(const char *s);
+
+/* "host:port" or "[v6]:port": a non-empty host (an IPv6 one in brackets;
+ * bare, it would be ambiguous) and a decimal port in 1..65535. Whether the
+ * host resolves is not looked at. Writes the host without brackets into
+ * host (host_len bytes) and the port into *port; either may be NULL to
+ * validate only. Returns 0, or -EINVAL (bad text, or a host longer than
+ * host_len - 1). */
+int units_parse_listen(const char *s, char *host, size_t host_len, unsigned *port);
 
 /* "97.5 MiB"; returns buf. */
 const char *units_format_size(uint64_t bytes, char *buf, size_t len);

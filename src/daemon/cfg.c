@@ -237,24 +237,6 @@ static bool cfg_topic_valid(const char *s) {
         return true;
 }
 
-/* host:port with a non-empty host (an IPv6 one in brackets) and a port in
- * 1..65535. Whether the host resolves is the metrics server's question. */
-static bool cfg_listen_valid(const char *v) {
-        const char *colon = strrchr(v, ':');
-        char *end;
-        long port;
-
-        if (!colon || colon == v || !colon[1])
-                return false;
-        if (v[0] == '[' ? colon[-1] != ']' || colon - v < 3 : memchr(v, ']', colon - v) != NULL)
-                return false;
-        if (v[0] != '[' && memchr(v, ':', colon - v))
-                return false;           /* a bare IPv6 address: ambiguous without brackets */
-        errno = 0;
-        port = strtol(colon + 1, &end, 10);
-        return !errno && !*end && colon[1] != '-' && colon[1] != '+' && port >= 1 && port <= 65535;
-}
-
 /* Parses v as key k into c. On error, writes the sentence after
  * "<file>: [section] key: " into err and returns -EINVAL. */
 static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
@@ -364,7 +346,7 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 if (strlen(v) >= k->size)
                         return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
                                           k->size - 1);
-                if (*v && !cfg_listen_valid(v))
+                if (*v && units_parse_listen(v, NULL, 0, NULL) < 0)
                         return errbuf_set(err, -EINVAL,
                                           "'%s' is not host:port (port 1..65535, an IPv6 host in brackets), "
                                           "or empty for off", v);

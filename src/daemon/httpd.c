@@ -23,6 +23,8 @@
 
 #include <microhttpd.h>
 
+#include "core/units.h"
+
 /* A scraper or a health check holds a connection for milliseconds; these
  * bound what a stuck or hostile client can hold. */
 #define HTTPD_CONNECTION_LIMIT 32
@@ -130,29 +132,6 @@ static enum MHD_Result httpd_on_request(void *cls, struct MHD_Connection *c, con
         return httpd_queue(c, resp.status, resp.content_type, resp.body, resp.len);
 }
 
-/* Splits "host:port" or "[v6]:port" into host and port. */
-static int httpd_split(const char *listen, char *host, size_t host_len, char *port, size_t port_len) {
-        const char *colon = strrchr(listen, ':');
-        const char *h = listen;
-        size_t n;
-
-        if (!colon)
-                return -EINVAL;
-        n = (size_t)(colon - listen);
-        if (h[0] == '[') {
-                if (n < 2 || colon[-1] != ']')
-                        return -EINVAL;
-                h++;
-                n -= 2;
-        }
-        if (n == 0 || n >= host_len || strlen(colon + 1) >= port_len)
-                return -EINVAL;
-        memcpy(host, h, n);
-        host[n] = '\0';
-        strcpy(port, colon + 1);
-        return 0;
-}
-
 /* Resolves and binds listen; returns the listening fd or -errno. */
 static int httpd_bind(const char *listen_addr, errbuf_t *err) {
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
@@ -160,8 +139,11 @@ static int httpd_bind(const char *listen_addr, errbuf_t *err) {
         char host[256], port[16];
         int fd = -1, one = 1, r;
 
-        if (httpd_split(listen_addr, host, sizeof(host), port, sizeof(port)) < 0)
+        unsigned port_number;
+
+        if (units_parse_listen(listen_addr, host, sizeof(host), &port_number) < 0)
                 return errbuf_set(err, -EINVAL, "Failed to listen on '%s': not host:port", listen_addr);
+        snprintf(port, sizeof(port), "%u", port_number);
         r = getaddrinfo(host, port, &hints, &res);
         if (r != 0)
                 return errbuf_set(err, -EADDRNOTAVAIL, "Failed to listen on '%s': %s", listen_addr,
