@@ -614,7 +614,7 @@ static void daemon_status(daemon_t *d, uint64_t t) {
                    nb ? (double)(st.batch_records - d->status_last_batch_records) / (double)nb : 0.0,
                    st.slots_in_flight, st.slots, batch_offsets_pending(d->offsets), st.records_in, st.dlq_out,
                    st.max_images_per_s ? ", capped at " : "", st.max_images_per_s,
-                   st.max_images_per_s ? " images/s" : "", kafka_assigned_count(d->kafka));
+                   st.max_images_per_s ? " images/s" : "", kafka_get_assigned(d->kafka));
         d->status_last_us = t;
         d->status_last_delivered = d->delivered;
         d->status_last_batches = st.batches;

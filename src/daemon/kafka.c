@@ -679,17 +679,6 @@ int kafka_close(kafka_t *k, errbuf_t *err) {
         return 0;
 }
 
-int kafka_assigned_count(kafka_t *k) {
-        rd_kafka_topic_partition_list_t *parts = NULL;
-        int n;
-
-        if (rd_kafka_assignment(k->consumer, &parts))
-                return 0;
-        n = parts->cnt;
-        rd_kafka_topic_partition_list_destroy(parts);
-        return n;
-}
-
 /* --- transactions (exactly-once) --------------------------------------------- */
 
 bool kafka_transactional(const kafka_t *k) {

@@ -119,9 +119,6 @@ int kafka_producer_outstanding(const kafka_t *k);
 /* Leaves the group (the revoke callback runs from here) and stops fetching. */
 int kafka_close(kafka_t *k, errbuf_t *err);
 
-/* Partitions currently assigned. */
-int kafka_assigned_count(kafka_t *k);
-
 /* --- for the metrics ----------------------------------------------------------
  * Cheap reads of what the callbacks kept (no call into librdkafka's threads).
  * With [metrics] listen set, the consumer emits statistics every second
