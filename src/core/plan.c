@@ -167,9 +167,9 @@ static uint64_t plan_decode_context_bytes(const plan_decode_terms_t *t) {
 }
 
 const char *plan_decode_limit_name(plan_decode_limit_t l) {
-        static const char *const names[] = { "none", "threads", "cores", "budget" };
+        static const char *const names[] = { "none", "threads", "cores", "budget", "running" };
 
-        return (unsigned)l < 4 ? names[l] : "?";
+        return (unsigned)l < sizeof(names) / sizeof(names[0]) ? names[l] : "?";
 }
 
 int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int threads, int auto_max,
@@ -221,6 +221,22 @@ int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinne
                           (unsigned long long)max_pixels);
 }
 
+int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes,
+                               uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes) {
+        char a[32], b[32], c[32], d[32];
+
+        return errbuf_set(err, -ENOSPC,
+                          "the plan does not fit: [memory] host_budget (%s), less the pinned buffers (%s) and "
+                          "librdkafka's minimum (%s), leaves too little for the %d decode thread%s running since "
+                          "start (%s each, sized for [decode] max_pixels = %llu at start; the decode pool is not "
+                          "resized before a restart, whatever [decode] threads and max_pixels now say): raise "
+                          "[memory] host_budget, or restart inferd to plan the decode threads again",
+                          units_format_size(host_budget_bytes, a, sizeof(a)),
+                          units_format_size(pinned_bytes, b, sizeof(b)),
+                          units_format_size(reserve_bytes, c, sizeof(c)), threads, threads == 1 ? "" : "s",
+                          units_format_size(per_thread_bytes, d, sizeof(d)), (unsigned long long)max_pixels);
+}
+
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *p) {
         int r;
 
@@ -253,7 +269,9 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                 /* Automatic contexts count as one until plan_make has the
                  * batch and shares out what it leaves. */
                 p->decode_threads = req->decode_threads > 0 ? req->decode_threads : 1;
-                p->decode_limit = req->decode_threads > 0 ? PLAN_DECODE_LIMIT_THREADS : PLAN_DECODE_LIMIT_BUDGET;
+                p->decode_limit = req->decode_threads == 0 ? PLAN_DECODE_LIMIT_BUDGET
+                                  : req->decode_running    ? PLAN_DECODE_LIMIT_RUNNING
+                                                           : PLAN_DECODE_LIMIT_THREADS;
                 p->decode_max_pixels = req->decode_max_pixels;
                 p->decode_host_bytes = (uint64_t)p->decode_threads * plan_decode_context_bytes(&p->decode);
         }
@@ -305,6 +323,10 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                   units_format_size(p->host_budget_bytes, b, sizeof(b)), p->pipeline_depth,
                                   units_format_size(p->pinned_host_bytes, a, sizeof(a)),
                                   units_format_size(p->host_reserve_bytes, c, sizeof(c)));
+        if (p->decode_limit == PLAN_DECODE_LIMIT_RUNNING)
+                return plan_decode_refuse_running(err, p->host_budget_bytes, p->pinned_host_bytes,
+                                                  p->host_reserve_bytes, p->decode_threads, p->decode_max_pixels,
+                                                  plan_decode_context_bytes(&p->decode));
         return plan_decode_refuse(err, p->host_budget_bytes, p->pinned_host_bytes, p->host_reserve_bytes,
                                   p->decode_limit == PLAN_DECODE_LIMIT_THREADS ? p->decode_threads : 0,
                                   p->decode_max_pixels, plan_decode_context_bytes(&p->decode));
@@ -427,9 +449,10 @@ int plan_write_text(const plan_t *p, FILE *out) {
         if (p->decode_threads > 0) {
                 fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels (%s)\n",
                         p->decode_threads, p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels,
-                        p->decode_limit == PLAN_DECODE_LIMIT_THREADS ? "as configured"
-                        : p->decode_limit == PLAN_DECODE_LIMIT_CORES ? "automatic: the cores minus one"
-                                                                     : "automatic: what half the host budget left "
+                        p->decode_limit == PLAN_DECODE_LIMIT_THREADS   ? "as configured"
+                        : p->decode_limit == PLAN_DECODE_LIMIT_RUNNING ? "the running pool's, kept until a restart"
+                        : p->decode_limit == PLAN_DECODE_LIMIT_CORES   ? "automatic: the cores minus one"
+                                                                       : "automatic: what half the host budget left "
                                                                        "by the pinned buffers holds, at least 1");
                 fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  decoded pixels", units_format_size(p->decode.pixel_bytes, a, sizeof(a)),
                         (unsigned long long)p->decode.pixel_bytes);

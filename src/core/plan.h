@@ -19,6 +19,7 @@
 #ifndef INFERD_PLAN_H
 #define INFERD_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -91,9 +92,11 @@ typedef enum plan_decode_limit {
         PLAN_DECODE_LIMIT_THREADS,      /* an explicit count ([decode] threads) */
         PLAN_DECODE_LIMIT_CORES,        /* automatic: the cores minus one */
         PLAN_DECODE_LIMIT_BUDGET,       /* automatic: the host budget's share (at least 1) */
+        PLAN_DECODE_LIMIT_RUNNING,      /* the running pool's, kept by a model swap in place (the pool is
+                                         * made at start and never resized) */
 } plan_decode_limit_t;
 
-/* "none", "threads", "cores", "budget". */
+/* "none", "threads", "cores", "budget", "running". */
 const char *plan_decode_limit_name(plan_decode_limit_t l);
 
 /* The host budget's rule for decode contexts. host_left_bytes is what the
@@ -113,6 +116,13 @@ int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int thread
  * to change. Returns -ENOSPC. */
 int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t reserve_bytes,
                        int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
+
+/* The sentence when a budget cannot hold the decode contexts that already
+ * run (a model swap's plan: PLAN_DECODE_LIMIT_RUNNING): they stay until a
+ * restart whatever the file says, so only the budget can change. Returns
+ * -ENOSPC. */
+int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes,
+                               uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
 
 /* No GEMM operand of a planned batch reaches this many elements: 2^31, where
  * 32-bit element indices and counts (cuBLASLt's kernels, grid arithmetic)
@@ -150,6 +160,9 @@ typedef struct plan_request {
         int decode_threads_auto;        /* with decode_threads 0: as many as the host budget's rule allows
                                          * (plan_decode_fit), up to this many; 0 and 0: no decoding planned */
         uint64_t decode_max_pixels;     /* [decode] max_pixels */
+        bool decode_running;            /* decode_threads (> 0) and decode_max_pixels are a running pool's
+                                         * (a model swap in place): charged as they are, and a refusal
+                                         * says so (PLAN_DECODE_LIMIT_RUNNING) */
         uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
         uint64_t host_reserve_bytes;    /* host bytes that neither the pinned buffers nor decoding may take
                                          * (the daemon: librdkafka's floor; inferd-run: 0) */

@@ -99,7 +99,7 @@ static const cfg_key_t cfg_keys[] = {
           "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place; the batch may go down, never above the one at start." },
         { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, true, false,
           F(memory.host_budget_bytes),
-          "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave (at least 10MiB) goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged. Live: by a model swap in place (the pinned buffers); librdkafka's limits and the decode threads stay as at start." },
+          "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave (at least 10MiB) goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged. Live: by a model swap in place, whose plan must hold the pinned buffers and the decode threads running since start (the decode pool is never resized: a budget too small for them is refused); librdkafka's limits stay as at start." },
         { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
           "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
 
@@ -117,9 +117,9 @@ static const cfg_key_t cfg_keys[] = {
           "instances on one host need different ports (blue 9464, green 9465)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
-          "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config." },
+          "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
         { "decode", "max_pixels", CFG_T_INT, "50000000", 1, 2147483647, false, false, F(decode.max_pixels),
-          "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding." },
+          "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding. Sizes the decode threads' buffers at start; a model swap's plan charges them as made." },
         { "decode", "max_bytes", CFG_T_SIZE, "20MiB", 1 * KiB, 1 * GiB, false, false, F(decode.max_bytes),
           "Largest encoded (JPEG/PNG) record accepted; more is refused as too-large." },
         { "decode", "fast", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.fast),

@@ -706,7 +706,7 @@ static void daemon_swap_apply(daemon_t *d) {
         model_t *old = d->model;
         const plan_t *plan;
         errbuf_t err = {};
-        char size[32];
+        char size[32], host[32], budget[32];
         int r;
 
         r = engine_swap(d->engine, d->swap_model, &d->swap_plan, &err);
@@ -741,11 +741,15 @@ static void daemon_swap_apply(daemon_t *d) {
         d->reload_stats.last_swap_s = (double)(t1 - t0) / 1e6;
         d->reload_stats.last_swap_pause_s = (double)(t1 - d->swap_paused_us) / 1e6;
         plan = engine_plan_of(d->engine);
-        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s; the swap took "
-                 "%.1f ms, fetching was paused for %.1f ms",
+        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s, host plan %s of "
+                 "%s with the %d decode thread%s running since start; the swap took %.1f ms, fetching was paused "
+                 "for %.1f ms",
                  d->model->id, d->cfg->model.weights, engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine),
-                 units_format_size(plan->total_bytes, size, sizeof(size)), d->reload_stats.last_swap_s * 1e3,
+                 units_format_size(plan->total_bytes, size, sizeof(size)),
+                 units_format_size(plan->pinned_host_bytes + plan->decode_host_bytes, host, sizeof(host)),
+                 units_format_size(plan->host_budget_bytes, budget, sizeof(budget)), plan->decode_threads,
+                 plan->decode_threads == 1 ? "" : "s", d->reload_stats.last_swap_s * 1e3,
                  d->reload_stats.last_swap_pause_s * 1e3);
         daemon_swap_end(d, "applied");
 }
@@ -806,7 +810,9 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                 daemon_swap_end(d, "rejected");
                 return 0;
         }
-        daemon_engine_options(d->swap_cfg, &o, host, sizeof(host));
+        /* The decode pool stays as made at start: the plan charges it. */
+        daemon_swap_engine_options(d->swap_cfg, d->decode ? decode_pool_threads(d->decode) : 0,
+                                   d->decode ? decode_pool_max_pixels(d->decode) : 0, &o, host, sizeof(host));
         r = engine_swap_plan(d->engine, d->swap_model, &o, &d->swap_plan, &err);
         if (r < 0) {
                 snprintf(why, sizeof(why), "the new plan for '%s': %s", d->swap_cfg->model.weights, err.msg);
@@ -814,8 +820,10 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                 return 0;
         }
         if (d->swap_cfg->memory.host_budget_bytes != d->cfg->memory.host_budget_bytes)
-                log_warning("Reload: [memory] host_budget changed: the new plan uses it; librdkafka's queue limits "
-                            "stay as set at start");
+                log_warning("Reload: [memory] host_budget changed: the new plan uses it for the pinned buffers "
+                            "beside the %d decode thread%s running since start; librdkafka's queue limits stay as "
+                            "set at start",
+                            d->swap_plan.decode_threads, d->swap_plan.decode_threads == 1 ? "" : "s");
         /* Step 3: nothing new is taken; what is in the slots finishes. */
         log_info("Reload: %s from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "
                  "flight",
@@ -1272,6 +1280,17 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
         o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
+}
+
+void daemon_swap_engine_options(const cfg_t *next, int decode_threads, uint64_t decode_max_pixels,
+                                engine_options_t *o, char *host_budget, size_t len) {
+        daemon_engine_options(next, o, host_budget, len);
+        /* Not next's [decode] threads and max_pixels (they need a restart),
+         * nor the automatic rule on its budget: the contexts that exist. */
+        o->decode_threads = decode_threads;
+        o->decode_threads_auto = 0;
+        o->decode_max_pixels = decode_threads > 0 ? decode_max_pixels : 0;
+        o->decode_running = decode_threads > 0;
 }
 
 int daemon_check_host_budget(const cfg_t *c, errbuf_t *err) {

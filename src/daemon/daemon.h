@@ -19,6 +19,7 @@
 #include "daemon/cfg.h"
 #include "core/errbuf.h"
 #include "core/plan.h"
+#include "engine/engine.h"
 
 typedef struct daemon daemon_t;
 
@@ -33,6 +34,16 @@ int daemon_new(daemon_t **ret, cfg_t *cfg, const char *config_path, errbuf_t *er
  * it; the full rule runs in the plan at start-up. Returns 0 or -ENOSPC with
  * a sentence naming the keys. */
 int daemon_check_host_budget(const cfg_t *c, errbuf_t *err);
+
+/* The engine options of a model swap's plan (engine_swap_plan): next's,
+ * except the decode contexts, which are the running pool's: decode_threads
+ * of decode_max_pixels (0: none run, none planned). The pool is made once at
+ * start and never resized, so a swap's plan charges the buffers that exist
+ * against next's host budget, whatever next's [decode] threads and
+ * max_pixels (keys that need a restart) or the automatic rule on a new
+ * budget would make. host_budget (len bytes) receives the budget's text. */
+void daemon_swap_engine_options(const cfg_t *next, int decode_threads, uint64_t decode_max_pixels,
+                                engine_options_t *o, char *host_budget, size_t len);
 
 /* The plan a config gives, without weights or Kafka (inferd --plan).
  * *warning receives a sentence when AUTO fell back to the CPU. */

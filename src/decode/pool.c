@@ -35,6 +35,7 @@ struct decode_pool {
         bool stopping;
         int efd;
         int n_workers;
+        uint64_t max_pixels;            /* every context's, as made */
         decode_worker_t *workers;
 };
 
@@ -100,6 +101,7 @@ int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->wake, NULL);
         p->capacity = capacity;
+        p->max_pixels = max_pixels;
         p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         p->queued.items = calloc(capacity, sizeof(*p->queued.items));
         p->done.items = calloc(capacity, sizeof(*p->done.items));
@@ -134,6 +136,14 @@ fail:
         p->n_workers = threads;         /* free every context made so far */
         decode_pool_free(p);
         return r;
+}
+
+int decode_pool_threads(const decode_pool_t *p) {
+        return p->n_workers;
+}
+
+uint64_t decode_pool_max_pixels(const decode_pool_t *p) {
+        return p->max_pixels;
 }
 
 void decode_pool_free(decode_pool_t *p) {

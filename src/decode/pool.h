@@ -44,6 +44,11 @@ typedef struct decode_job {
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
                     size_t capacity, errbuf_t *err);
 
+/* The threads the pool runs and the max_pixels their contexts were made
+ * for: fixed from decode_pool_new on (a model swap plans with them). */
+int decode_pool_threads(const decode_pool_t *p);
+uint64_t decode_pool_max_pixels(const decode_pool_t *p);
+
 /* Stops the threads after their current job (queued jobs are dropped
  * unreaped) and frees the pool. NULL is a no-op. */
 void decode_pool_free(decode_pool_t *p);

@@ -116,6 +116,8 @@ typedef struct engine_options {
                                          * this (plan_decode_fit); both 0: no decoding planned */
         uint64_t host_reserve_bytes;    /* host budget kept free of pinned buffers and decoding (librdkafka) */
         uint64_t decode_max_pixels;     /* their image limit ([decode] max_pixels) */
+        bool decode_running;            /* decode_threads and decode_max_pixels are the running pool's (a
+                                         * model swap in place): see plan_request_t */
         uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
 } engine_options_t;
 
@@ -200,7 +202,9 @@ const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
  *
  * engine_swap_plan makes the plan that next and o give, as engine_open
  * would (same backend; the pipeline depth and top-k of e; the batch at most
- * e's, which its bookkeeping and its caller's batcher were sized for), and
+ * e's, which its bookkeeping and its caller's batcher were sized for; the
+ * decode contexts o names, which should be the ones the caller runs, with
+ * decode_running: the engine knows nothing of them), and
  * checks that it fits what e allocated at open: the arena (device memory on
  * CUDA: nothing is allocated after open) and the host staging. It changes
  * nothing, so the caller can refuse the reload with *err (-ENOSPC: the

@@ -379,6 +379,51 @@ static void test_plan_decode_charged_to_host_budget(void) {
         model_free(m);
 }
 
+/* A running pool's contexts (a model swap's plan): charged exactly as an
+ * explicit count is (3 of 50 MP fit 2 GiB, 4 do not, as above), but named
+ * as the running ones in the plan ("running") and in the refusal, which
+ * asks for a larger budget or a restart, not for a [decode] key that a
+ * reload cannot apply. */
+static void test_plan_decode_running_pool(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.max_batch = 8;
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.host_reserve_bytes = (uint64_t)10 << 20;
+        req.decode_threads = 3;
+        req.decode_max_pixels = 50000000;
+        req.decode_running = true;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT(p.decode_threads == 3 && p.decode_limit == PLAN_DECODE_LIMIT_RUNNING);
+        CU_ASSERT_EQUAL(p.decode_host_bytes, 3 * (p.decode.buffer_bytes + p.decode.library_bytes));
+        CU_ASSERT_STRING_EQUAL(plan_decode_limit_name(p.decode_limit), "running");
+        f = open_memstream(&text, &len);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        plan_write_json(&p, f);
+        plan_write_text(&p, f);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "\"decode_threads_limit\":\"running\""));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "3 contexts for images up to 50000000 pixels (the running pool's"));
+        free(text);
+
+        req.decode_threads = 4;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the 4 decode threads running since start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[memory] host_budget (2.0 GiB)"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[decode] max_pixels = 50000000 at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "raise [memory] host_budget, or restart inferd"));
+        CU_ASSERT_PTR_NULL(strstr(err.msg, "[decode] threads = 4"));
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
@@ -393,6 +438,7 @@ int test_plan_register(void) {
                 { "decode_buffers", test_plan_decode_buffers },
                 { "decode_fit_rule", test_plan_decode_fit_rule },
                 { "decode_charged_to_host_budget", test_plan_decode_charged_to_host_budget },
+                { "decode_running_pool", test_plan_decode_running_pool },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);
