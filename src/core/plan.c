@@ -156,8 +156,9 @@ int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_ter
         t->buffer_bytes = t->pixel_bytes + t->resize_bytes + t->input_bytes;
         /* libjpeg holds a progressive image's coefficients whole (2 bytes a
          * sample, up to 4 full-resolution components, MCU padding on the
-         * edges); libspng's rows and zlib's window, libjpeg's row buffers and
-         * tables fit well within the fixed part. */
+         * edges); libspng's rows and zlib's window, libdeflate's decompressor
+         * (a plain PNG's image data is inflated into the pixel buffer itself),
+         * libjpeg's row buffers and tables fit well within the fixed part. */
         t->library_bytes = 8 * max_pixels + 8 * 32 * 2 * (uint64_t)(PLAN_DECODE_MAX_SIDE + 1) + ((uint64_t)16 << 20);
         return 0;
 }

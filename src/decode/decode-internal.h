@@ -14,6 +14,8 @@ struct decode {
         uint8_t *input;                 /* terms.input_bytes, or NULL */
         void *jpeg;                     /* a TurboJPEG decompressor (tjhandle), made once */
         bool fast;                      /* [decode] fast: DCT-domain reduction and fast upsampling for JPEG */
+        void *inflater;                 /* a libdeflate decompressor for png_idat.c, made once */
+        bool png_own_idat;              /* png_idat.c may decode plain PNGs (on unless a test turns it off) */
         resize_scratch_t scratch;       /* carved from one block of terms.resize_bytes */
         void *scratch_block;
 };
@@ -33,6 +35,14 @@ int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *inf
                 const char **code, errbuf_t *err);
 int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
                const char **code, errbuf_t *err);
+
+/* The image data of a plain PNG (8-bit, not interlaced; in_ch 1 to 4
+ * samples a pixel) into d->pixels as out_ch (1 or 3) channels, alpha
+ * dropped, for data whose chunks before the image data libspng has read.
+ * Returns false, leaving the verdict to libspng, on anything it does not
+ * find clean (see png_idat.c); d->pixels is then scratch. */
+bool decode_png_idat(decode_t *d, const uint8_t *data, size_t len, uint32_t w, uint32_t h, int in_ch,
+                     int out_ch);
 
 /* The checks on a header's geometry, before anything is allocated or
  * decoded: zero or a side over 65535 is decode-failed, more than

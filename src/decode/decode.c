@@ -4,6 +4,7 @@
 #include "decode/decode.h"
 
 #include <errno.h>
+#include <libdeflate.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
@@ -72,6 +73,12 @@ int decode_new(decode_t **ret, uint64_t max_pixels, size_t max_bytes, bool input
                 r = errbuf_set(err, -ENOMEM, "cannot make a JPEG decompressor: %s", tjGetErrorStr2(NULL));
                 goto fail;
         }
+        d->inflater = libdeflate_alloc_decompressor();
+        if (!d->inflater) {
+                r = errbuf_set(err, -ENOMEM, "cannot make a PNG inflater: out of memory");
+                goto fail;
+        }
+        d->png_own_idat = true;
         *ret = d;
         return 0;
 fail:
@@ -84,6 +91,8 @@ void decode_free(decode_t *d) {
                 return;
         if (d->jpeg)
                 tjDestroy(d->jpeg);
+        if (d->inflater)
+                libdeflate_free_decompressor(d->inflater);
         free(d->pixels);
         free(d->input);
         free(d->scratch_block);
@@ -92,6 +101,10 @@ void decode_free(decode_t *d) {
 
 void decode_set_fast(decode_t *d, bool fast) {
         d->fast = fast;
+}
+
+void decode_set_png_own_idat(decode_t *d, bool on) {
+        d->png_own_idat = on;
 }
 
 void *decode_input(decode_t *d) {

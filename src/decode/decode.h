@@ -1,6 +1,7 @@
 /* decode: JPEG and PNG records to the 224x224 RGB8 record the engines take.
  *
- * JPEG goes through libjpeg-turbo's TurboJPEG API, PNG through libspng. The
+ * JPEG goes through libjpeg-turbo's TurboJPEG API, PNG through libspng (the
+ * image data of plain PNGs through libdeflate and png_idat.c). The
  * decoded image is converted to RGB as PIL's convert("RGB") does (alpha and
  * transparency dropped; CMYK and YCCK inverted and converted with PIL's
  * formula; 16-bit samples to their high byte, except 16-bit grey, which PIL
@@ -62,6 +63,14 @@ void decode_free(decode_t *d);
  * in docs/perf.md. */
 #define DECODE_FAST_MIN_SIDE 512
 void decode_set_fast(decode_t *d, bool fast);
+
+/* Whether the plain PNGs (8-bit grey, grey+alpha, RGB or RGBA, not
+ * interlaced) have their image data inflated by libdeflate and unfiltered
+ * by inferd's own SIMD code (png_idat.c) rather than by libspng: on by
+ * default, since libspng's scalar unfilter and zlib are most of a PNG's
+ * time. Off, every PNG is decoded by libspng alone; the unit tests and the
+ * fuzzer compare the two, which must agree byte for byte. */
+void decode_set_png_own_idat(decode_t *d, bool on);
 
 /* The max_bytes input buffer of a context made with input_copy, else NULL. */
 void *decode_input(decode_t *d);

@@ -10,9 +10,14 @@
  *   RGB, palette, RGBA   RGB8 (alpha and tRNS dropped; 16-bit samples to their high byte)
  * Transparency (tRNS) and gamma are never applied, as PIL applies neither.
  * libspng checks every chunk's CRC and the zlib stream; any failure is
- * decode-failed with its message. Not here: the resize (resize.c). */
+ * decode-failed with its message. The plain images (8-bit grey, grey+alpha,
+ * RGB or RGBA, not interlaced: what cameras' and PIL's PNGs are) have their
+ * image data decoded faster by png_idat.c once libspng has read everything
+ * before it; a stream that path does not find clean is decoded again by
+ * libspng, whose verdict stands. Not here: the resize (resize.c). */
 #include <errno.h>
 #include <spng.h>
+#include <stdbool.h>
 
 #include "decode/decode-internal.h"
 
@@ -20,14 +25,11 @@
  * image: bounded, so a record cannot make it allocate up to max_bytes. */
 #define DECODE_PNG_CHUNK_CACHE_BYTES ((size_t)4 << 20)
 
-int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
-               const char **code, errbuf_t *err) {
-        struct spng_ihdr ihdr;
-        size_t out_bytes, n;
+/* A libspng context reading the record, its header read into *ihdr. */
+static int png_open(spng_ctx **ret, const uint8_t *data, size_t len, struct spng_ihdr *ihdr, errbuf_t *err) {
         spng_ctx *ctx;
-        int fmt, ch, r;
+        int r;
 
-        *code = RECORD_ERR_DECODE_FAILED;
         ctx = spng_ctx_new(0);
         if (!ctx)
                 return errbuf_set(err, -ENOMEM, "PNG: out of memory");
@@ -35,11 +37,48 @@ int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info
         if (r == 0)
                 r = spng_set_chunk_limits(ctx, len, DECODE_PNG_CHUNK_CACHE_BYTES);
         if (r == 0)
-                r = spng_get_ihdr(ctx, &ihdr);
+                r = spng_get_ihdr(ctx, ihdr);
         if (r != 0) {
-                r = errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
-                goto out;
+                spng_ctx_free(ctx);
+                return errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
         }
+        *ret = ctx;
+        return 0;
+}
+
+/* The image data by png_idat.c, for the plain images: true when it decoded
+ * them (libspng having read every chunk before the image data first). */
+static bool png_decode_plain(decode_t *d, spng_ctx *ctx, const uint8_t *data, size_t len,
+                             const struct spng_ihdr *ihdr, int fmt) {
+        static const int in_channels[] = { [SPNG_COLOR_TYPE_GRAYSCALE] = 1, [SPNG_COLOR_TYPE_TRUECOLOR] = 3,
+                                           [SPNG_COLOR_TYPE_GRAYSCALE_ALPHA] = 2,
+                                           [SPNG_COLOR_TYPE_TRUECOLOR_ALPHA] = 4 };
+        int out_ch;
+
+        if (!d->png_own_idat || ihdr->bit_depth != 8 || ihdr->interlace_method != 0 ||
+            ihdr->color_type == SPNG_COLOR_TYPE_INDEXED || ihdr->color_type >= sizeof(in_channels) / sizeof(int))
+                return false;
+        /* Progressive: libspng reads the chunks up to the image data and
+         * stops there. */
+        if (spng_decode_image(ctx, NULL, 0, fmt, SPNG_DECODE_PROGRESSIVE) != 0)
+                return false;
+        out_ch = ihdr->color_type == SPNG_COLOR_TYPE_GRAYSCALE || ihdr->color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA
+                         ? 1
+                         : 3;
+        return decode_png_idat(d, data, len, ihdr->width, ihdr->height, in_channels[ihdr->color_type], out_ch);
+}
+
+int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
+               const char **code, errbuf_t *err) {
+        struct spng_ihdr ihdr;
+        size_t out_bytes, n;
+        spng_ctx *ctx = NULL;
+        int fmt, ch, r;
+
+        *code = RECORD_ERR_DECODE_FAILED;
+        r = png_open(&ctx, data, len, &ihdr, err);
+        if (r < 0)
+                return r;
         info->width = ihdr.width;
         info->height = ihdr.height;
         info->channels = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE || ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA
@@ -58,8 +97,20 @@ int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info
         r = spng_decoded_image_size(ctx, fmt, &out_bytes);
         if (r == 0 && out_bytes > d->terms.pixel_bytes)
                 r = SPNG_EOVERFLOW;     /* at most 4 bytes a pixel, and the geometry was checked */
-        if (r == 0)
-                r = spng_decode_image(ctx, d->pixels, out_bytes, fmt, 0);
+        if (r != 0) {
+                r = errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
+                goto out;
+        }
+        if (png_decode_plain(d, ctx, data, len, &ihdr, fmt))
+                goto done;
+        /* libspng from the start, on a fresh context: the progressive one
+         * above may have read part of the image data. */
+        spng_ctx_free(ctx);
+        ctx = NULL;
+        r = png_open(&ctx, data, len, &ihdr, err);
+        if (r < 0)
+                return r;
+        r = spng_decode_image(ctx, d->pixels, out_bytes, fmt, 0);
         if (r != 0) {
                 r = errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
                 goto out;
@@ -80,6 +131,7 @@ int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info
                 for (size_t i = 0; i < n; i++)
                         d->pixels[i] = d->pixels[2 * i];
         }
+done:
         img->width = ihdr.width;
         img->height = ihdr.height;
         img->channels = ch;

@@ -1,5 +1,6 @@
 /* fuzz_decode: a libFuzzer target for the JPEG/PNG path: decode_record()
- * (TurboJPEG or libspng, the colour conversions, the resize and crop).
+ * (TurboJPEG or libspng, inferd's own decode of plain PNGs' image data
+ * (png_idat.c), the colour conversions, the resize and crop).
  *
  * Each input is a record; its format comes from its magic bytes, as the
  * daemon would sniff it (inputs with neither magic are tried as both). The
@@ -7,7 +8,9 @@
  * checks are: a refusal is -EINVAL with one of the DLQ codes and a sentence;
  * a success writes all of the 224x224x3 output (it is poisoned with a
  * pattern first, and a success that leaves every byte of it untouched is a
- * bug); after a refusal, the same context still decodes a good JPEG (a
+ * bug); a PNG gives the same result (return, code, message and every
+ * output byte) with png_idat.c on and off, so that path never accepts
+ * what libspng refuses nor decodes differently; after a refusal, the same context still decodes a good JPEG (a
  * failed TurboJPEG call once left the handle broken for every later image);
  * nothing crashes, leaks or trips ASan/UBSan in our code. The libraries
  * themselves are not instrumented.
@@ -29,6 +32,7 @@
 
 #ifndef FUZZ_DECODE_GEN
 
+#include <libdeflate.h>
 #include <turbojpeg.h>
 
 static decode_t *fuzz_decoder;
@@ -46,6 +50,26 @@ static void fuzz_make_good(void) {
         tjDestroy(t);
 }
 
+/* The same record decoded by libspng alone must give the same result. */
+static void fuzz_png_same_without_own(const uint8_t *data, size_t size, int r, const char *code, const errbuf_t *err,
+                                      const uint8_t *out) {
+        static uint8_t out_spng[224 * 224 * 3];
+        const char *code_spng = NULL;
+        errbuf_t err_spng = { "" };
+        int r_spng;
+
+        memset(out_spng, 0xa5, sizeof(out_spng));
+        decode_set_png_own_idat(fuzz_decoder, false);
+        r_spng = decode_record(fuzz_decoder, data, size, RECORD_PNG, out_spng, NULL, &code_spng, &err_spng);
+        decode_set_png_own_idat(fuzz_decoder, true);
+        if (r_spng != r)
+                abort();
+        if (r == 0 && memcmp(out, out_spng, sizeof(out_spng)) != 0)
+                abort();
+        if (r != 0 && (strcmp(code, code_spng) != 0 || strcmp(err->msg, err_spng.msg) != 0))
+                abort();
+}
+
 static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
         static uint8_t out[224 * 224 * 3];
         const char *code = NULL;
@@ -55,6 +79,8 @@ static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
 
         memset(out, 0xa5, sizeof(out));
         r = decode_record(fuzz_decoder, data, size, f, out, NULL, &code, &err);
+        if (f == RECORD_PNG)
+                fuzz_png_same_without_own(data, size, r, code, &err, out);
         if (r == 0) {
                 for (size_t i = 0; i < sizeof(out); i++)
                         untouched += out[i] == 0xa5;
@@ -72,6 +98,33 @@ static void fuzz_one(const uint8_t *data, size_t size, record_format_t f) {
                 abort();        /* a refusal broke the context */
 }
 
+/* The PNG again with every chunk's CRC-32 made right, so that mutations
+ * of the image data reach the inflate and the unfilter instead of stopping
+ * at a CRC. */
+static void fuzz_png_crcs_made_right(const uint8_t *data, size_t size) {
+        uint8_t *p = malloc(size);
+        size_t off = 8;
+
+        if (!p)
+                abort();
+        memcpy(p, data, size);
+        while (off + 12 <= size) {
+                uint32_t n = (uint32_t)p[off] << 24 | (uint32_t)p[off + 1] << 16 | (uint32_t)p[off + 2] << 8 | p[off + 3];
+                uint32_t crc;
+
+                if (n > size - off - 12)
+                        break;
+                crc = libdeflate_crc32(0, p + off + 4, (size_t)n + 4);
+                p[off + 8 + n] = (uint8_t)(crc >> 24);
+                p[off + 9 + n] = (uint8_t)(crc >> 16);
+                p[off + 10 + n] = (uint8_t)(crc >> 8);
+                p[off + 11 + n] = (uint8_t)crc;
+                off += 12 + (size_t)n;
+        }
+        fuzz_one(p, size, RECORD_PNG);
+        free(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         record_format_t f;
@@ -86,8 +139,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* [decode] fast's reduced path on half the inputs (it only changes
          * JPEGs whose shorter side is 1024 or more). */
         decode_set_fast(fuzz_decoder, size & 1);
-        if (record_identify(data, size, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f))
+        if (record_identify(data, size, NULL, 0, &f, &code, &err) == 0 && record_is_encoded(f)) {
                 fuzz_one(data, size, f);
+                if (f == RECORD_PNG && (size & 2))
+                        fuzz_png_crcs_made_right(data, size);
+        }
         else {
                 fuzz_one(data, size, RECORD_JPEG);
                 fuzz_one(data, size, RECORD_PNG);
@@ -182,6 +238,8 @@ int main(int argc, char **argv) {
         gen_png("grey16.png", 260, 9, SPNG_COLOR_TYPE_GRAYSCALE, 16, 1);
         gen_png("grey2.png", 31, 31, SPNG_COLOR_TYPE_GRAYSCALE, 2, 1);
         gen_png("grey-alpha8.png", 25, 25, SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 8, 2);
+        gen_png("grey8.png", 19, 40, SPNG_COLOR_TYPE_GRAYSCALE, 8, 1);
+        gen_png("rgba8.png", 33, 21, SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 8, 4);
         gen_png("palette4.png", 45, 12, SPNG_COLOR_TYPE_INDEXED, 4, 1);
         gen_png("palette8.png", 12, 45, SPNG_COLOR_TYPE_INDEXED, 8, 1);
         return 0;
