@@ -46,25 +46,27 @@ static int png_open(spng_ctx **ret, const uint8_t *data, size_t len, struct spng
         return 0;
 }
 
-/* The image data by png_idat.c, for the plain images: true when it decoded
- * them (libspng having read every chunk before the image data first). */
+/* The images png_idat.c decodes (unless a test turned it off). */
+static bool png_is_plain(const decode_t *d, const struct spng_ihdr *ihdr) {
+        return d->png_own_idat && ihdr->bit_depth == 8 && ihdr->interlace_method == 0 &&
+               ihdr->color_type != SPNG_COLOR_TYPE_INDEXED;
+}
+
+/* The image data of a plain image by png_idat.c, as out_ch channels: true
+ * when it decoded them (libspng having read every chunk before the image
+ * data first). */
 static bool png_decode_plain(decode_t *d, spng_ctx *ctx, const uint8_t *data, size_t len,
-                             const struct spng_ihdr *ihdr, int fmt) {
+                             const struct spng_ihdr *ihdr, int fmt, int out_ch) {
         static const int in_channels[] = { [SPNG_COLOR_TYPE_GRAYSCALE] = 1, [SPNG_COLOR_TYPE_TRUECOLOR] = 3,
                                            [SPNG_COLOR_TYPE_GRAYSCALE_ALPHA] = 2,
                                            [SPNG_COLOR_TYPE_TRUECOLOR_ALPHA] = 4 };
-        int out_ch;
 
-        if (!d->png_own_idat || ihdr->bit_depth != 8 || ihdr->interlace_method != 0 ||
-            ihdr->color_type == SPNG_COLOR_TYPE_INDEXED || ihdr->color_type >= sizeof(in_channels) / sizeof(int))
+        if (ihdr->color_type >= sizeof(in_channels) / sizeof(in_channels[0]) || !in_channels[ihdr->color_type])
                 return false;
         /* Progressive: libspng reads the chunks up to the image data and
          * stops there. */
         if (spng_decode_image(ctx, NULL, 0, fmt, SPNG_DECODE_PROGRESSIVE) != 0)
                 return false;
-        out_ch = ihdr->color_type == SPNG_COLOR_TYPE_GRAYSCALE || ihdr->color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA
-                         ? 1
-                         : 3;
         return decode_png_idat(d, data, len, ihdr->width, ihdr->height, in_channels[ihdr->color_type], out_ch);
 }
 
@@ -101,15 +103,17 @@ int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info
                 r = errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
                 goto out;
         }
-        if (png_decode_plain(d, ctx, data, len, &ihdr, fmt))
-                goto done;
-        /* libspng from the start, on a fresh context: the progressive one
-         * above may have read part of the image data. */
-        spng_ctx_free(ctx);
-        ctx = NULL;
-        r = png_open(&ctx, data, len, &ihdr, err);
-        if (r < 0)
-                return r;
+        if (png_is_plain(d, &ihdr)) {
+                if (png_decode_plain(d, ctx, data, len, &ihdr, fmt, ch))
+                        goto done;
+                /* libspng from the start, on a fresh context: the progressive
+                 * one above may have read part of the image data. */
+                spng_ctx_free(ctx);
+                ctx = NULL;
+                r = png_open(&ctx, data, len, &ihdr, err);
+                if (r < 0)
+                        return r;
+        }
         r = spng_decode_image(ctx, d->pixels, out_bytes, fmt, 0);
         if (r != 0) {
                 r = errbuf_set(err, -EINVAL, "PNG: %s", spng_strerror(r));
