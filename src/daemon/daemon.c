@@ -62,7 +62,7 @@ struct daemon {
         sd_event *event;
         sd_event_source *sig_term, *sig_int, *sig_hup;
         sd_event_source *consumer_io, *producer_io, *engine_io, *decode_io;
-        sd_event_source *poll_timer, *delay_timer, *drain_timer, *watchdog_timer, *defer;
+        sd_event_source *poll_timer, *delay_timer, *hold_timer, *drain_timer, *watchdog_timer, *defer;
 
         model_t *model;
         labels_t *labels;
@@ -182,6 +182,15 @@ static void daemon_pipeline_pump_later(void *userdata) {
         daemon_t *d = userdata;
 
         sd_event_source_set_enabled(d->defer, SD_EVENT_ONESHOT);
+}
+
+static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
+        daemon_t *d = userdata;
+
+        if (!d->hold_timer)
+                return;
+        sd_event_source_set_time(d->hold_timer, deadline_us);
+        sd_event_source_set_enabled(d->hold_timer, SD_EVENT_ONESHOT);
 }
 
 /* --- exactly-once: the commit point ---------------------------------------- */
@@ -586,6 +595,17 @@ static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
         (void)s;
         (void)usec;
         pipeline_delay_expired(d->pipeline);
+        return 0;
+}
+
+/* Records have been held (the pipeline full) for PIPELINE_HOLD_MAX_US:
+ * the pipeline pauses fetching if they still are, and pumps later. */
+static int daemon_on_hold(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)usec;
+        pipeline_hold_expired(d->pipeline);
         return 0;
 }
 
@@ -1079,7 +1099,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
                                         (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
                 s.assigned_partitions = kafka_get_assigned(d->kafka);
                 /* Back-pressure, or the throughput cap holding records. */
-                s.paused = kafka_is_paused(d->kafka) || st.paused_by_cap;
+                s.paused = kafka_is_paused(d->kafka) || st.paused_by_cap || st.holding;
                 s.n_kafka_errors = kafka_get_errors(d->kafka, &s.kafka_errors);
         }
         s.slots = st.slots;
@@ -1244,6 +1264,7 @@ void daemon_free(daemon_t *d) {
         sd_event_source_unref(d->decode_io);
         sd_event_source_unref(d->poll_timer);
         sd_event_source_unref(d->delay_timer);
+        sd_event_source_unref(d->hold_timer);
         sd_event_source_unref(d->drain_timer);
         sd_event_source_unref(d->watchdog_timer);
         sd_event_source_unref(d->defer);
@@ -1344,6 +1365,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 .fail = daemon_pipeline_fail,
                 .arm_delay = daemon_pipeline_arm_delay,
                 .pump_later = daemon_pipeline_pump_later,
+                .arm_hold = daemon_pipeline_arm_hold,
         };
         pipeline_config_t pcfg;
         pipeline_stats_t st;
@@ -1479,10 +1501,14 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
             /* Accuracy 1 us: 0 would be sd-event's default of 250 ms, which
              * may fire a 5 ms batch delay, or the cap's wake-up, 250 ms late. */
             (r = sd_event_add_time(d->event, &d->delay_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_delay, d)) < 0 ||
+            /* The same accuracy: a late hold timer is time with nothing
+             * taken from the consumer (rebalances wait for it). */
+            (r = sd_event_add_time(d->event, &d->hold_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_hold, d)) < 0 ||
             (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
         sd_event_source_set_enabled(d->poll_timer, SD_EVENT_ON);
         sd_event_source_set_enabled(d->delay_timer, SD_EVENT_OFF);
+        sd_event_source_set_enabled(d->hold_timer, SD_EVENT_OFF);
         sd_event_source_set_enabled(d->defer, SD_EVENT_OFF);
         if (sd_watchdog_enabled(0, &d->watchdog_usec) > 0 && d->watchdog_usec > 0) {
                 r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, daemon_now_us(), 0,

@@ -153,7 +153,8 @@ static void metrics_kafka(FILE *f, const metrics_snapshot_t *s) {
         }
         metrics_gauge(f, "inferd_assigned_partitions", "Partitions assigned to this consumer.",
                       s->assigned_partitions);
-        metrics_gauge(f, "inferd_paused", "1 while fetching is paused for back-pressure (or a drain).",
+        metrics_gauge(f, "inferd_paused", "1 while no records are taken: back-pressure (records left in librdkafka's queue, or "
+                      "fetching paused after a second), the throughput cap, a drain.",
                       s->paused ? 1 : 0);
         metrics_counts(f, "inferd_kafka_errors_total", "kind",
                        "Errors librdkafka reported (brokers down, transport, timeouts...), by kind.", s->kafka_errors,

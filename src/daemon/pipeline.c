@@ -24,16 +24,6 @@
 
 #define PIPELINE_PUMP_BUDGET 512
 
-/* A wait for the cap shorter than this leaves the records in librdkafka's
- * queue instead of pausing: a pause drops what librdkafka prefetched, and
- * librdkafka 2.0's broker thread notices a resume only at its next wake-up,
- * up to a second later (measured: 0.9 s on the mock broker). Waits of a
- * tenth of a second each followed by that would hold a cap of 150/s to
- * about 35/s. The queue is bounded by the plan (queued.max.messages.kbytes),
- * so librdkafka stops fetching by itself when it is full; rebalances and
- * max.poll.interval.ms wait at most this long. */
-#define PIPELINE_CAP_HOLD_MAX_US (1000 * 1000ULL)
-
 /* The DLQ codes counted by name: every code the record, decode and engine
  * layers give, plus room for one that a later layer adds without telling
  * this table (it is then counted under its own name, not lost). */
@@ -73,6 +63,14 @@ struct pipeline {
         rd_kafka_message_t **held;
         size_t held_head, held_len, held_cap;
 
+        /* Back-pressure (see PIPELINE_HOLD_MAX_US): while records are held
+         * the pump takes nothing more from the consumer; fetching is paused
+         * only once they have been held that long (or at once for a drain, a
+         * closed intake or a long wait for the cap). */
+        uint64_t hold_since_us;         /* when records were first held; 0 = none held */
+        bool hold_expired;              /* held for PIPELINE_HOLD_MAX_US: pause */
+        uint64_t holds, hold_pauses;    /* times the pipeline filled (a hold began); times a hold ended in a pause */
+
         bool draining;                  /* pipeline_begin_drain: take no more records */
         bool intake_closed;             /* pipeline_set_intake: take nothing new for now */
 
@@ -80,13 +78,13 @@ struct pipeline {
          * delay passed) is submitted only when the bucket has its records'
          * tokens; until then it stays FILLING (capped) and takes records
          * while it has room. Once it is full, the intake stops: for a short
-         * wait the pump takes nothing more (see PIPELINE_CAP_HOLD_MAX_US),
-         * for a longer one the next record is held, which pauses fetching as
-         * back-pressure does. The batch-delay deadline (ops->arm_delay) is
+         * wait the pump takes nothing more (see PIPELINE_HOLD_MAX_US),
+         * for a longer one the next record is held and fetching paused at
+         * once (pipeline_pause_reason). The batch-delay deadline (ops->arm_delay) is
          * then the time the tokens will be there. */
         ratelimit_t cap;                /* images a second, a bucket of one batch; rate 0 = no cap */
         bool capped;                    /* the FILLING slot is ready and waits for tokens */
-        bool cap_short;                 /* ... for less than PIPELINE_CAP_HOLD_MAX_US: take nothing, do not pause */
+        bool cap_short;                 /* ... for less than PIPELINE_HOLD_MAX_US: take nothing, do not pause */
         uint64_t cap_waits;             /* times a ready slot had to wait */
 
         /* Counted here, read by the owner through pipeline_get_stats. */
@@ -452,7 +450,7 @@ static int pipeline_submit_ready(pipeline_t *p, int slot) {
                 return r < 0 ? r : 1;
         }
         ready = ratelimit_ready_us(&p->cap, n, now);
-        p->cap_short = ready - now < PIPELINE_CAP_HOLD_MAX_US;
+        p->cap_short = ready - now < PIPELINE_HOLD_MAX_US;
         if (!p->capped) {
                 p->capped = true;
                 p->cap_waits++;
@@ -661,20 +659,102 @@ static bool pipeline_cap_stops_intake(const pipeline_t *p) {
         return p->capped && slot >= 0 && pipeline_slot_full(p, slot);
 }
 
-/* Pauses fetching while records are held or a drain runs; resumes after. */
-static void pipeline_update_pause(pipeline_t *p) {
-        bool want = p->draining || p->intake_closed || p->held_len > 0;
+/* Why fetching should be paused now, or NULL: a drain or a closed intake
+ * (at once), or records held (the pipeline is full) since
+ * PIPELINE_HOLD_MAX_US, or behind a batch that waits that long or longer for
+ * the cap. Records held for less are left in librdkafka's queue instead. */
+static const char *pipeline_pause_reason(const pipeline_t *p) {
+        if (p->draining)
+                return "draining";
+        if (p->intake_closed)
+                return "intake closed";
+        if (p->held_len == 0)
+                return NULL;
+        if (p->hold_expired)
+                return "the pipeline stayed full";
+        if (p->capped && !p->cap_short && pipeline_cap_stops_intake(p))
+                return "a long wait for the cap";
+        return NULL;
+}
 
-        if (kafka_is_paused(p->kafka) != want) {
-                kafka_set_paused(p->kafka, want);
-                log_debug("%s fetching (%zu records held)", want ? "Paused" : "Resumed", p->held_len);
+/* Records are held and fetching is not paused: the pump takes nothing from
+ * the consumer until there is room or the hold expires. */
+static bool pipeline_holding(const pipeline_t *p) {
+        return p->held_len > 0 && !pipeline_pause_reason(p);
+}
+
+/* Pauses or resumes fetching as pipeline_pause_reason says. */
+static void pipeline_update_pause(pipeline_t *p) {
+        const char *why = pipeline_pause_reason(p);
+        bool want = why != NULL;
+
+        if (kafka_is_paused(p->kafka) == want)
+                return;
+        kafka_set_paused(p->kafka, want);
+        if (want && p->hold_since_us)
+                log_debug("Paused fetching (%s, held for %.0f ms, %zu records held)", why,
+                          (double)(pipeline_now_us() - p->hold_since_us) / 1000.0, p->held_len);
+        else if (want)
+                log_debug("Paused fetching (%s, %zu records held)", why, p->held_len);
+        else
+                log_debug("Resumed fetching (%zu records held)", p->held_len);
+}
+
+/* Keeps the hold's clock: it starts when records are first held (the
+ * deadline goes to the owner's timer) and stops when none are; then pauses
+ * or resumes fetching. */
+static void pipeline_hold_update(pipeline_t *p) {
+        if (p->held_len == 0 && p->hold_since_us) {
+                if (!p->hold_expired && !kafka_is_paused(p->kafka))
+                        log_debug("Pipeline took records again after %.1f ms full, without pausing",
+                                  (double)(pipeline_now_us() - p->hold_since_us) / 1000.0);
+                p->hold_since_us = 0;
+                p->hold_expired = false;
+        } else if (p->held_len > 0 && !p->hold_since_us) {
+                /* Held with fetching paused for another reason (a drain, a
+                 * closed intake, the cap) too: if that reason goes first,
+                 * the hold's clock is already running. */
+                p->hold_since_us = pipeline_now_us();
+                p->hold_expired = false;
+                p->ops.arm_hold(p->userdata, p->hold_since_us + PIPELINE_HOLD_MAX_US);
+                if (!pipeline_pause_reason(p)) {
+                        p->holds++;
+                        log_debug("Pipeline full: %zu record(s) held, the rest left in librdkafka's queue; "
+                                  "fetching pauses if still full in %.1f s",
+                                  p->held_len, (double)PIPELINE_HOLD_MAX_US / 1e6);
+                }
         }
+        pipeline_update_pause(p);
+}
+
+void pipeline_hold_expired(pipeline_t *p) {
+        uint64_t now = pipeline_now_us();
+
+        if (!p->hold_since_us || p->hold_expired)
+                return;
+        if (now < p->hold_since_us + PIPELINE_HOLD_MAX_US) {
+                /* Early (a timer armed for an earlier hold, say). */
+                p->ops.arm_hold(p->userdata, p->hold_since_us + PIPELINE_HOLD_MAX_US);
+                return;
+        }
+        p->hold_expired = true;
+        if (!kafka_is_paused(p->kafka))
+                p->hold_pauses++;
+        pipeline_update_pause(p);
+        /* Serve the consumer queue again: rebalances and the poll interval
+         * waited for this; what was prefetched is dropped by the pause. */
+        p->ops.pump_later(p->userdata);
 }
 
 /* Moves records from the held queue and the consumer queue into the
- * pipeline until it is full or the queue is empty. Serving the consumer
- * queue also runs rebalances and keeps max.poll.interval.ms satisfied, so
- * it goes on (into `held`) while the pipeline is full. */
+ * pipeline until it is full or the queue is empty. A record that finds no
+ * room is held, and then, while the hold lasts (pipeline_holding), nothing
+ * more is taken from the consumer queue: the records stay in librdkafka's
+ * bounded queue and fetching goes on, so that room is filled at once. Once
+ * fetching is paused (the hold expired, a drain, a closed intake, a long
+ * wait for the cap), serving the consumer queue goes on (rebalances,
+ * max.poll.interval.ms): librdkafka drops what it had prefetched for the
+ * paused partitions, so `held` stays at the records taken before. */
 void pipeline_pump(pipeline_t *p) {
         /* With the intake closed, records are only held. */
         bool blocked = p->intake_closed;
@@ -694,13 +774,22 @@ void pipeline_pump(pipeline_t *p) {
                         else
                                 pipeline_held_pop(p);
                 }
+                /* The held records went: no hold any more, and fetching
+                 * resumes (if the hold had paused it) before taking more. */
+                pipeline_hold_update(p);
                 /* A short wait for the cap: the records stay in librdkafka's
-                 * queue (see PIPELINE_CAP_HOLD_MAX_US); the deadline pumps. */
+                 * queue (see PIPELINE_HOLD_MAX_US); the deadline pumps. */
                 if (p->cap_short && pipeline_cap_stops_intake(p))
+                        break;
+                /* Back-pressure within the hold: the same. */
+                if (pipeline_holding(p))
                         break;
                 if (kafka_consume(p->kafka, &m) <= 0)
                         break;
-                if (blocked || p->held_len > 0 || pipeline_take(p, m) == -ENOBUFS) {
+                /* Behind held records, or the intake is closed: held, in
+                 * order. (Not `blocked`: a revoke inside kafka_consume may
+                 * have finished the slots and dropped the held records.) */
+                if (p->intake_closed || p->held_len > 0 || pipeline_take(p, m) == -ENOBUFS) {
                         if (pipeline_held_push(p, m) < 0) {
                                 log_error("Out of memory holding a record");
                                 rd_kafka_message_destroy(m);
@@ -708,22 +797,19 @@ void pipeline_pump(pipeline_t *p) {
                                 return;
                         }
                         blocked = true;
-                        /* Pause at once: librdkafka then drops what it had
-                         * prefetched for these partitions (it fetches again
-                         * from the held record on resume), so `held` stays at
-                         * the records taken before the pause, and the loop
-                         * goes on serving rebalances and other events. */
-                        pipeline_update_pause(p);
+                        /* Starts the hold (or pauses at once, for a long
+                         * wait for the cap). */
+                        pipeline_hold_update(p);
                 }
         }
         if (budget < 0)
                 p->ops.pump_later(p->userdata);
-        pipeline_update_pause(p);
+        pipeline_hold_update(p);
 }
 
 void pipeline_set_intake(pipeline_t *p, bool open) {
         p->intake_closed = !open;
-        pipeline_update_pause(p);
+        pipeline_hold_update(p);
         if (!open)
                 pipeline_flush_filling(p);
 }
@@ -731,7 +817,7 @@ void pipeline_set_intake(pipeline_t *p, bool open) {
 void pipeline_begin_drain(pipeline_t *p) {
         p->draining = true;
         pipeline_held_drop(p, NULL);
-        pipeline_update_pause(p);
+        pipeline_hold_update(p);
         pipeline_flush_filling(p);
 }
 
@@ -741,7 +827,7 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         pipeline_t *p;
         int r;
 
-        assert(ret && cfg && ops && ops->fail && ops->arm_delay && ops->pump_later);
+        assert(ret && cfg && ops && ops->fail && ops->arm_delay && ops->pump_later && ops->arm_hold);
         assert(cfg->engine && cfg->kafka && cfg->offsets && cfg->output_topic && cfg->dlq_topic);
         p = calloc(1, sizeof(*p));
         if (!p)
@@ -906,6 +992,9 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .max_images_per_s = (int)p->cap.rate_per_s,
                 .capped = p->capped,
                 .paused = kafka_is_paused(p->kafka),
+                .holding = pipeline_holding(p),
+                .holds = p->holds,
+                .hold_pauses = p->hold_pauses,
                 .paused_by_cap = pipeline_cap_stops_intake(p),
                 .cap_waits = p->cap_waits,
         };

@@ -10,17 +10,19 @@
  *   engine fd -> pipeline_reap -> one prediction per record, or the DLQ
  *        copy of a record whose decoding was refused
  *
- * A record that cannot be placed (every slot busy, or the producer's queue
- * full) waits, in order, among the held records, and fetching is paused
- * until there is room.
+ * A record that cannot be placed (every slot busy, the decode queue or the
+ * producer's queue full) waits, in order, among the held records, and the
+ * pump takes nothing more from the consumer: the records stay in
+ * librdkafka's queue, which the plan bounds. Only if records are still held
+ * PIPELINE_HOLD_MAX_US later (ops->arm_hold, pipeline_hold_expired) is
+ * fetching paused; room for them (a slot completes: the owner pumps) takes
+ * them and the consumer again at once.
  *
  * [batching] max_images_per_s puts a token bucket (ratelimit.h, one batch
  * deep) in front of submission: a slot ready to go waits for its records'
- * tokens, and the records behind it are held, so fetching pauses the same
- * way; the batch-delay deadline wakes it when the tokens are there. A wait
- * under a second takes nothing from the consumer instead of pausing (a
- * resume costs librdkafka up to a second; see pipeline.c), and librdkafka
- * stops fetching once its planned queue is full.
+ * tokens; the batch-delay deadline wakes it when the tokens are there. A wait
+ * under PIPELINE_HOLD_MAX_US takes nothing from the consumer; for a longer
+ * one the next record is held and fetching paused at once.
  *
  * The pipeline knows nothing of its owner (the daemon): what it needs from
  * it goes up through pipeline_ops_t (stop with a failure, arm the
@@ -48,6 +50,20 @@
 
 typedef struct pipeline pipeline_t;
 
+/* How long records may be left in librdkafka's queue, taking nothing from
+ * the consumer, before fetching is paused: when the pipeline is full
+ * (back-pressure) and when a batch waits for the cap. A pause drops what
+ * librdkafka prefetched (it is fetched again after the resume), and
+ * librdkafka 2.0's broker thread notices a resume only at its next wake-up,
+ * up to a second later (docs/perf.md, "Back-pressure"): pausing whenever the
+ * slots filled held the pipeline to 4-10% of kcat's rate on a real cluster.
+ * Not pausing costs nothing in memory (librdkafka's queue is bounded by
+ * the plan: queued.max.messages.kbytes, and it stops fetching when the queue
+ * is full), but while the consumer queue is not served, rebalance callbacks
+ * wait and the poll interval (max.poll.interval.ms) runs: this bounds both,
+ * far below any session or poll timeout. */
+#define PIPELINE_HOLD_MAX_US (1000 * 1000ULL)
+
 /* The opaque of every record the pipeline produces (kafka_produce's, then
  * the delivery report's m->_private). Allocated here with malloc; from a
  * successful kafka_produce on, whoever handles the delivery report owns it
@@ -74,6 +90,11 @@ typedef struct pipeline_ops {
          * capped slot went and records are held behind it): call
          * pipeline_pump again soon, after the other pending events. */
         void (*pump_later)(void *userdata);
+        /* Call pipeline_hold_expired once at deadline_us (the clock of
+         * pipeline_now_us), replacing any earlier deadline: records have
+         * been held since PIPELINE_HOLD_MAX_US before it. A timer of its
+         * own: the batch-delay deadline may be armed at the same time. */
+        void (*arm_hold)(void *userdata, uint64_t deadline_us);
 } pipeline_ops_t;
 
 typedef struct pipeline_config {
@@ -118,6 +139,11 @@ typedef struct pipeline_stats {
         int max_images_per_s;           /* the live cap; 0 = none */
         bool capped;                    /* a ready batch waits for the cap's tokens */
         bool paused;                    /* fetching is paused (back-pressure, the cap, a drain, the commit point) */
+        bool holding;                   /* records are held and fetching is not paused (yet): the intake is
+                                         * stopped, the rest left in librdkafka's queue */
+        uint64_t holds;                 /* counter: times records had to be held (the pipeline was full) */
+        uint64_t hold_pauses;           /* counter: times they were still held after PIPELINE_HOLD_MAX_US,
+                                         * so that fetching was paused */
         bool paused_by_cap;             /* the cap stops the intake now: a full batch waits for its tokens, and
                                          * fetching is paused or the records are left in librdkafka's queue */
         uint64_t cap_waits;             /* counter: times a ready batch had to wait for the cap */
@@ -139,7 +165,8 @@ void pipeline_free(pipeline_t *p);
 
 /* Moves records from the held queue and the consumer queue into the
  * pipeline until it is full or the queue is empty, and pauses or resumes
- * fetching. */
+ * fetching. While records are held and fetching is not paused, it takes
+ * nothing from the consumer queue. */
 void pipeline_pump(pipeline_t *p);
 
 /* Takes every completed slot and produces its predictions. Returns 0, or
@@ -163,6 +190,12 @@ void pipeline_flush_filling(pipeline_t *p);
 /* The batch-delay deadline (ops->arm_delay) came: submits the FILLING slot
  * if its oldest record has waited max_delay_ms, else re-arms. */
 void pipeline_delay_expired(pipeline_t *p);
+
+/* The hold's deadline (ops->arm_hold) came: if records are still held
+ * since PIPELINE_HOLD_MAX_US, pauses fetching and asks for a pump
+ * (ops->pump_later), which goes on serving the consumer queue (rebalances,
+ * the poll interval) while nothing more is taken. Else a no-op. */
+void pipeline_hold_expired(pipeline_t *p);
 
 /* Drops held records (all when parts is NULL, or those of the listed
  * partitions): they were never tracked, so their offsets are not committed

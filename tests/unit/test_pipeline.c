@@ -41,7 +41,12 @@ typedef struct tp {
 
         int fails, arms, pump_laters;
         uint64_t deadline_us;           /* armed by ops->arm_delay; 0 = not armed */
+        int hold_arms, hold_expiries;
+        uint64_t hold_deadline_us;      /* armed by ops->arm_hold; 0 = not armed */
+        bool hold_timer_held;           /* the test keeps the hold deadline from firing (a late timer) */
+        bool engine_stalled;            /* tp_turn reaps nothing: the slots stay in flight */
         int delivered_predictions, delivered_dlq, delivery_errors, assigned;
+        int64_t next_offset;            /* the highest offset the deliveries made committable (-1 = none) */
 } tp_t;
 
 static void tp_fail(void *userdata, int status) {
@@ -60,6 +65,13 @@ static void tp_arm_delay(void *userdata, uint64_t deadline_us) {
 
 static void tp_pump_later(void *userdata) {
         ((tp_t *)userdata)->pump_laters++;
+}
+
+static void tp_arm_hold(void *userdata, uint64_t deadline_us) {
+        tp_t *t = userdata;
+
+        t->hold_arms++;
+        t->hold_deadline_us = deadline_us;
 }
 
 static void tp_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
@@ -98,8 +110,10 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                 t->delivered_dlq++;
         else
                 t->delivered_predictions++;
-        if (!m->err && k->part_id > 0)
-                batch_offsets_done(t->offsets, k->part_id, k->offset, &topic, &partition, &next);
+        if (!m->err && k->part_id > 0 &&
+            batch_offsets_done(t->offsets, k->part_id, k->offset, &topic, &partition, &next) == 1 &&
+            next > t->next_offset)
+                t->next_offset = next;
         free(k);
 }
 
@@ -167,6 +181,7 @@ static int tp_setup_capped(tp_t *t, int max_images_per_s) {
                 .fail = tp_fail,
                 .arm_delay = tp_arm_delay,
                 .pump_later = tp_pump_later,
+                .arm_hold = tp_arm_hold,
         };
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         engine_options_t o;
@@ -177,6 +192,7 @@ static int tp_setup_capped(tp_t *t, int max_images_per_s) {
         char why[256];
 
         memset(t, 0, sizeof(*t));
+        t->next_offset = -1;
         /* This handle only hosts the cluster: it connects nowhere, and says so
          * at level 5 unless told to keep quiet. */
         rd_kafka_conf_set(conf, "log_level", "3", why, sizeof(why));
@@ -309,8 +325,14 @@ static void tp_turn(tp_t *t) {
                 t->deadline_us = 0;
                 pipeline_delay_expired(t->pipeline);
         }
+        if (t->hold_deadline_us && !t->hold_timer_held && pipeline_now_us() >= t->hold_deadline_us) {
+                t->hold_deadline_us = 0;
+                t->hold_expiries++;
+                pipeline_hold_expired(t->pipeline);
+        }
         pipeline_pump(t->pipeline);
-        pipeline_reap(t->pipeline);
+        if (!t->engine_stalled)
+                pipeline_reap(t->pipeline);
         kafka_poll_producer(t->kafka);
         pipeline_produce_pending(t->pipeline);
 }
@@ -492,6 +514,189 @@ static void test_pipeline_cap_long_wait_pauses_then_lifted(void) {
         tp_teardown(&t);
 }
 
+/* --- back-pressure: the hold -----------------------------------------------
+ * TP_CAP_RECORDS records, the engine stalled (nothing reaped): two slots of
+ * TP_MAX_BATCH fill and go, and the next record finds no room. */
+
+/* Runs turns until the pipeline holds a record (the hold began). Returns the
+ * time the turn that began it started, 0 when it did not happen. */
+static uint64_t tp_until_holding(tp_t *t) {
+        pipeline_stats_t st;
+        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US, turn_us;
+
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t->cfg->kafka.brokers, TP_CAP_RECORDS, -1), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
+        t->engine_stalled = true;
+        do {
+                turn_us = pipeline_now_us();
+                tp_turn(t);
+                pipeline_get_stats(t->pipeline, &st);
+        } while (st.records_held == 0 && !t->fails && pipeline_now_us() < end);
+        return st.records_held ? turn_us : 0;
+}
+
+/* The pipeline full: for PIPELINE_HOLD_MAX_US nothing more is taken from
+ * the consumer and fetching is not paused (the records wait in librdkafka's
+ * queue); when the hold's deadline comes with the pipeline still full,
+ * fetching pauses, and nothing more is taken while paused. Room again: the
+ * held record and the rest are taken, fetching resumes, nothing is lost. */
+static void test_pipeline_full_holds_then_pauses(void) {
+        pipeline_stats_t st;
+        uint64_t began, end;
+        bool paused = false, more = false;
+        int laters;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        began = tp_until_holding(&t);
+        CU_ASSERT_TRUE_FATAL(began > 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_held, 1);
+        CU_ASSERT_EQUAL(st.records_in, 2 * TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.slots_in_flight, 2);
+        CU_ASSERT_TRUE(st.holding);
+        CU_ASSERT_FALSE(st.paused);
+        CU_ASSERT_EQUAL(st.holds, 1);
+        CU_ASSERT_EQUAL(st.hold_pauses, 0);
+        /* One deadline, PIPELINE_HOLD_MAX_US after the hold began. */
+        CU_ASSERT_EQUAL(t.hold_arms, 1);
+        CU_ASSERT(t.hold_deadline_us >= began + PIPELINE_HOLD_MAX_US);
+        CU_ASSERT(t.hold_deadline_us <= pipeline_now_us() + PIPELINE_HOLD_MAX_US);
+
+        /* Until the deadline: held, not paused, nothing more taken (the
+         * other TP_CAP_RECORDS - 9 records are there to take). */
+        while (t.hold_expiries == 0 && !t.fails) {
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+                if (t.hold_expiries)
+                        break;
+                paused = paused || st.paused || kafka_is_paused(t.kafka);
+                more = more || st.records_held != 1 || st.records_in != 2 * TP_MAX_BATCH;
+        }
+        CU_ASSERT_FALSE(paused);
+        CU_ASSERT_FALSE(more);
+        /* The deadline came, still full: paused, and a pump asked for (it
+         * serves the consumer queue again). */
+        CU_ASSERT_TRUE(st.paused);
+        CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
+        CU_ASSERT_FALSE(st.holding);
+        CU_ASSERT_EQUAL(st.hold_pauses, 1);
+        CU_ASSERT(t.pump_laters >= 1);
+        /* While paused the consumer is served, and what was prefetched is
+         * not taken: still one record held. */
+        laters = t.pump_laters;
+        end = pipeline_now_us() + 300 * 1000ULL;
+        while (pipeline_now_us() < end)
+                tp_turn(&t);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_held, 1);
+        CU_ASSERT_EQUAL(st.records_in, 2 * TP_MAX_BATCH);
+        CU_ASSERT_TRUE(st.paused);
+        CU_ASSERT_EQUAL(t.pump_laters, laters);
+        /* A late or repeated deadline changes nothing. */
+        pipeline_hold_expired(t.pipeline);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.hold_pauses, 1);
+
+        /* Room again: everything is taken and produced, in order. */
+        t.engine_stalled = false;
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < TP_CAP_RECORDS && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(t.next_offset, TP_CAP_RECORDS);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        CU_ASSERT_FALSE(st.paused);
+        CU_ASSERT_FALSE(st.holding);
+        CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
+/* A slot frees within the hold (the test keeps the hold's deadline back, as
+ * a loop that has not reached it yet would): the held record and the ones
+ * left in librdkafka's queue are taken at the next pump, and fetching was
+ * never paused. */
+static void test_pipeline_full_takes_again_when_a_slot_frees(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        bool paused = false;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        t.hold_timer_held = true;
+        CU_ASSERT_TRUE_FATAL(tp_until_holding(&t) > 0);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_TRUE(st.holding);
+        CU_ASSERT_EQUAL(st.records_in, 2 * TP_MAX_BATCH);
+
+        t.engine_stalled = false;
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < TP_CAP_RECORDS && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end) {
+                tp_turn(&t);
+                paused = paused || kafka_is_paused(t.kafka);
+        }
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(t.next_offset, TP_CAP_RECORDS);
+        CU_ASSERT_FALSE(paused);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        CU_ASSERT_FALSE(st.holding);
+        CU_ASSERT_EQUAL(st.hold_pauses, 0);
+        CU_ASSERT_EQUAL(t.hold_expiries, 0);
+        /* The deadline, once it comes, finds nothing held: no pause. */
+        pipeline_hold_expired(t.pipeline);
+        CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
+        tp_teardown(&t);
+}
+
+/* A drain while holding: the held record is dropped untracked, fetching
+ * pauses at once, the slots finish, and only their offsets become
+ * committable (the rest come back to the next owner). The hold's deadline
+ * then changes nothing. */
+static void test_pipeline_drain_while_holding(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_TRUE_FATAL(tp_until_holding(&t) > 0);
+        pipeline_begin_drain(t.pipeline);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        CU_ASSERT_FALSE(st.holding);
+        CU_ASSERT_TRUE(st.paused);
+        CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
+        CU_ASSERT_EQUAL(st.hold_pauses, 0);
+
+        t.engine_stalled = false;
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while ((t.delivered_predictions < 2 * TP_MAX_BATCH || t.hold_expiries == 0) && !t.fails &&
+               !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 2 * TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(t.next_offset, 2 * TP_MAX_BATCH);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, 2 * TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.records_in_slots, 0);
+        CU_ASSERT_EQUAL(st.records_held, 0);
+        CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
+        CU_ASSERT_EQUAL(st.hold_pauses, 0);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
@@ -499,6 +704,9 @@ int test_pipeline_register(void) {
                 { "intake_closed_takes_nothing", test_pipeline_intake_closed_takes_nothing },
                 { "cap_holds_batches", test_pipeline_cap_holds_batches },
                 { "cap_long_wait_pauses_then_lifted", test_pipeline_cap_long_wait_pauses_then_lifted },
+                { "full_holds_then_pauses", test_pipeline_full_holds_then_pauses },
+                { "full_takes_again_when_a_slot_frees", test_pipeline_full_takes_again_when_a_slot_frees },
+                { "drain_while_holding", test_pipeline_drain_while_holding },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);
