@@ -598,8 +598,9 @@ static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* Records have been held (the pipeline full) for PIPELINE_HOLD_MAX_US:
- * the pipeline pauses fetching if they still are, and pumps later. */
+/* The intake has been stopped (records held, or closed) for
+ * PIPELINE_HOLD_MAX_US: the pipeline pauses fetching if it still is, and
+ * pumps later. */
 static int daemon_on_hold(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 

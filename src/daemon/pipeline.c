@@ -63,12 +63,13 @@ struct pipeline {
         rd_kafka_message_t **held;
         size_t held_head, held_len, held_cap;
 
-        /* Back-pressure (see PIPELINE_HOLD_MAX_US): while records are held
-         * the pump takes nothing more from the consumer; fetching is paused
-         * only once they have been held that long (or at once for a drain, a
-         * closed intake or a long wait for the cap). */
-        uint64_t hold_since_us;         /* when records were first held; 0 = none held */
-        bool hold_expired;              /* held for PIPELINE_HOLD_MAX_US: pause */
+        /* The hold (see PIPELINE_HOLD_MAX_US): while records are held (the
+         * pipeline is full) or the intake is closed, the pump takes nothing
+         * more from the consumer; fetching is paused only once that has
+         * lasted PIPELINE_HOLD_MAX_US (at once for a drain or a long wait
+         * for the cap). */
+        uint64_t hold_since_us;         /* when the intake stopped (records held, or closed); 0 = it takes */
+        bool hold_expired;              /* stopped for PIPELINE_HOLD_MAX_US: pause */
         uint64_t holds, hold_pauses;    /* times the pipeline filled (a hold began); times a hold ended in a pause */
 
         bool draining;                  /* pipeline_begin_drain: take no more records */
@@ -659,28 +660,32 @@ static bool pipeline_cap_stops_intake(const pipeline_t *p) {
         return p->capped && slot >= 0 && pipeline_slot_full(p, slot);
 }
 
-/* Why fetching should be paused now, or NULL: a drain or a closed intake
- * (at once), or records held (the pipeline is full) since
- * PIPELINE_HOLD_MAX_US, or behind a batch that waits that long or longer for
- * the cap. Records held for less are left in librdkafka's queue instead. */
+/* The intake takes nothing now: records are held (no room for them) or it
+ * is closed. */
+static bool pipeline_stopped(const pipeline_t *p) {
+        return p->held_len > 0 || p->intake_closed;
+}
+
+/* Why fetching should be paused now, or NULL: a drain (at once), the intake
+ * stopped (records held, or closed) since PIPELINE_HOLD_MAX_US, or records
+ * held behind a batch that waits that long or longer for the cap. A shorter
+ * stop leaves the records in librdkafka's queue instead. */
 static const char *pipeline_pause_reason(const pipeline_t *p) {
         if (p->draining)
                 return "draining";
-        if (p->intake_closed)
-                return "intake closed";
-        if (p->held_len == 0)
+        if (!pipeline_stopped(p))
                 return NULL;
         if (p->hold_expired)
-                return "the pipeline stayed full";
-        if (p->capped && !p->cap_short && pipeline_cap_stops_intake(p))
+                return p->held_len > 0 ? "the pipeline stayed full" : "the intake stayed closed";
+        if (p->held_len > 0 && p->capped && !p->cap_short && pipeline_cap_stops_intake(p))
                 return "a long wait for the cap";
         return NULL;
 }
 
-/* Records are held and fetching is not paused: the pump takes nothing from
- * the consumer until there is room or the hold expires. */
+/* The intake is stopped and fetching is not paused: the pump takes nothing
+ * from the consumer until it may take again or the hold expires. */
 static bool pipeline_holding(const pipeline_t *p) {
-        return p->held_len > 0 && !pipeline_pause_reason(p);
+        return pipeline_stopped(p) && !pipeline_pause_reason(p);
 }
 
 /* Pauses or resumes fetching as pipeline_pause_reason says. */
@@ -700,29 +705,34 @@ static void pipeline_update_pause(pipeline_t *p) {
                 log_debug("Resumed fetching (%zu records held)", p->held_len);
 }
 
-/* Keeps the hold's clock: it starts when records are first held (the
- * deadline goes to the owner's timer) and stops when none are; then pauses
- * or resumes fetching. */
+/* Keeps the hold's clock: it starts when the intake stops (records held, or
+ * closed; the deadline goes to the owner's timer) and ends when it takes
+ * again; then pauses or resumes fetching. */
 static void pipeline_hold_update(pipeline_t *p) {
-        if (p->held_len == 0 && p->hold_since_us) {
+        bool pausing;
+
+        if (!pipeline_stopped(p) && p->hold_since_us) {
                 if (!p->hold_expired && !kafka_is_paused(p->kafka))
-                        log_debug("Pipeline took records again after %.1f ms full, without pausing",
+                        log_debug("Intake took records again after %.1f ms stopped, without pausing",
                                   (double)(pipeline_now_us() - p->hold_since_us) / 1000.0);
                 p->hold_since_us = 0;
                 p->hold_expired = false;
-        } else if (p->held_len > 0 && !p->hold_since_us) {
-                /* Held with fetching paused for another reason (a drain, a
-                 * closed intake, the cap) too: if that reason goes first,
-                 * the hold's clock is already running. */
+        } else if (pipeline_stopped(p) && !p->hold_since_us) {
+                /* Stopped with fetching paused for another reason (a drain,
+                 * the cap) too: if that reason goes first, the hold's clock
+                 * is already running. */
                 p->hold_since_us = pipeline_now_us();
                 p->hold_expired = false;
                 p->ops.arm_hold(p->userdata, p->hold_since_us + PIPELINE_HOLD_MAX_US);
-                if (!pipeline_pause_reason(p)) {
+                pausing = pipeline_pause_reason(p) != NULL;
+                if (!pausing && p->held_len > 0) {
                         p->holds++;
                         log_debug("Pipeline full: %zu record(s) held, the rest left in librdkafka's queue; "
                                   "fetching pauses if still full in %.1f s",
                                   p->held_len, (double)PIPELINE_HOLD_MAX_US / 1e6);
-                }
+                } else if (!pausing)
+                        log_debug("Intake closed: records left in librdkafka's queue; fetching pauses if still "
+                                  "closed in %.1f s", (double)PIPELINE_HOLD_MAX_US / 1e6);
         }
         pipeline_update_pause(p);
 }
@@ -750,11 +760,12 @@ void pipeline_hold_expired(pipeline_t *p) {
  * pipeline until it is full or the queue is empty. A record that finds no
  * room is held, and then, while the hold lasts (pipeline_holding), nothing
  * more is taken from the consumer queue: the records stay in librdkafka's
- * bounded queue and fetching goes on, so that room is filled at once. Once
- * fetching is paused (the hold expired, a drain, a closed intake, a long
- * wait for the cap), serving the consumer queue goes on (rebalances,
- * max.poll.interval.ms): librdkafka drops what it had prefetched for the
- * paused partitions, so `held` stays at the records taken before. */
+ * bounded queue and fetching goes on, so that room is filled at once. A
+ * closed intake takes nothing the same way. Once fetching is paused (the
+ * hold expired, a drain, a long wait for the cap), serving the consumer
+ * queue goes on (rebalances, max.poll.interval.ms): librdkafka drops what it
+ * had prefetched for the paused partitions, so `held` stays at the records
+ * taken before. */
 void pipeline_pump(pipeline_t *p) {
         /* With the intake closed, records are only held. */
         bool blocked = p->intake_closed;
@@ -812,6 +823,10 @@ void pipeline_set_intake(pipeline_t *p, bool open) {
         pipeline_hold_update(p);
         if (!open)
                 pipeline_flush_filling(p);
+        else
+                /* Records may wait in librdkafka's queue, whose fd does
+                 * not fire again for them. */
+                p->ops.pump_later(p->userdata);
 }
 
 void pipeline_begin_drain(pipeline_t *p) {

@@ -52,7 +52,8 @@ typedef struct pipeline pipeline_t;
 
 /* How long records may be left in librdkafka's queue, taking nothing from
  * the consumer, before fetching is paused: when the pipeline is full
- * (back-pressure) and when a batch waits for the cap. A pause drops what
+ * (back-pressure), when the intake is closed (the exactly-once commit
+ * point, a model swap) and when a batch waits for the cap. A pause drops what
  * librdkafka prefetched (it is fetched again after the resume), and
  * librdkafka 2.0's broker thread notices a resume only at its next wake-up,
  * up to a second later (docs/perf.md, "Back-pressure"): pausing whenever the
@@ -91,8 +92,8 @@ typedef struct pipeline_ops {
          * pipeline_pump again soon, after the other pending events. */
         void (*pump_later)(void *userdata);
         /* Call pipeline_hold_expired once at deadline_us (the clock of
-         * pipeline_now_us), replacing any earlier deadline: records have
-         * been held since PIPELINE_HOLD_MAX_US before it. A timer of its
+         * pipeline_now_us), replacing any earlier deadline: the intake
+         * stopped (records held, or closed) PIPELINE_HOLD_MAX_US before it. A timer of its
          * own: the batch-delay deadline may be armed at the same time. */
         void (*arm_hold)(void *userdata, uint64_t deadline_us);
 } pipeline_ops_t;
@@ -139,11 +140,11 @@ typedef struct pipeline_stats {
         int max_images_per_s;           /* the live cap; 0 = none */
         bool capped;                    /* a ready batch waits for the cap's tokens */
         bool paused;                    /* fetching is paused (back-pressure, the cap, a drain, the commit point) */
-        bool holding;                   /* records are held and fetching is not paused (yet): the intake is
-                                         * stopped, the rest left in librdkafka's queue */
+        bool holding;                   /* the intake is stopped (records held, or closed) and fetching is
+                                         * not paused (yet): the records are left in librdkafka's queue */
         uint64_t holds;                 /* counter: times records had to be held (the pipeline was full) */
-        uint64_t hold_pauses;           /* counter: times they were still held after PIPELINE_HOLD_MAX_US,
-                                         * so that fetching was paused */
+        uint64_t hold_pauses;           /* counter: times the intake stayed stopped (records held, or
+                                         * closed) PIPELINE_HOLD_MAX_US, so that fetching was paused */
         bool paused_by_cap;             /* the cap stops the intake now: a full batch waits for its tokens, and
                                          * fetching is paused or the records are left in librdkafka's queue */
         uint64_t cap_waits;             /* counter: times a ready batch had to wait for the cap */
@@ -191,8 +192,8 @@ void pipeline_flush_filling(pipeline_t *p);
  * if its oldest record has waited max_delay_ms, else re-arms. */
 void pipeline_delay_expired(pipeline_t *p);
 
-/* The hold's deadline (ops->arm_hold) came: if records are still held
- * since PIPELINE_HOLD_MAX_US, pauses fetching and asks for a pump
+/* The hold's deadline (ops->arm_hold) came: if the intake is still stopped
+ * (records held, or closed) since PIPELINE_HOLD_MAX_US, pauses fetching and asks for a pump
  * (ops->pump_later), which goes on serving the consumer queue (rebalances,
  * the poll interval) while nothing more is taken. Else a no-op. */
 void pipeline_hold_expired(pipeline_t *p);
@@ -207,11 +208,12 @@ void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *pa
  * slot. What is in the slots finishes. */
 void pipeline_begin_drain(pipeline_t *p);
 
-/* Closes (open = false) or reopens the intake: while closed, records are
- * held, not taken, fetching is paused and the FILLING slot is submitted, so
- * that what is in the slots can finish with nothing new behind it (the
- * exactly-once commit point). Reopening takes the held records at the next
- * pipeline_pump. */
+/* Closes (open = false) or reopens the intake: while closed, nothing new is
+ * taken and the FILLING slot is submitted, so that what is in the slots can
+ * finish with nothing new behind it (the exactly-once commit point, a model
+ * swap). The records wait in librdkafka's queue; fetching is paused only if
+ * the intake stays closed PIPELINE_HOLD_MAX_US (then what arrives meanwhile
+ * is held). Reopening asks for a pump (ops->pump_later), which takes them. */
 void pipeline_set_intake(pipeline_t *p, bool open);
 
 /* Live changes (a reload). top_k above the engine's is -ERANGE (a restart

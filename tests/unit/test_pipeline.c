@@ -374,12 +374,17 @@ static void test_pipeline_records_to_predictions_and_dlq(void) {
         tp_teardown(&t);
 }
 
-/* The exactly-once commit point: with the intake closed nothing is taken
- * (fetching is paused, so a partition assigned meanwhile starts paused);
- * reopened, every record is taken and produced. */
+/* The exactly-once commit point: with the intake closed nothing is taken.
+ * For PIPELINE_HOLD_MAX_US fetching goes on (the records wait in
+ * librdkafka's queue, and so does the rebalance that assigns the
+ * partition); then it pauses, the consumer queue is served again, and the
+ * partition assigned meanwhile starts paused. Reopened, every record is
+ * taken and produced. */
 static void test_pipeline_intake_closed_takes_nothing(void) {
         pipeline_stats_t st;
         uint64_t end;
+        bool paused_early = false;
+        int laters;
         tp_t t;
 
         if (tp_setup(&t) < 0)
@@ -387,22 +392,32 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
         CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
         CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
         pipeline_set_intake(t.pipeline, false);
-        /* Until the partition is assigned, then two seconds more: the
-         * assigned partition starts paused, so nothing comes in. */
+        CU_ASSERT_EQUAL(t.hold_arms, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_TRUE(st.holding);
+        CU_ASSERT_FALSE(st.paused);
+        /* Until the partition is assigned, then two seconds more. */
         end = pipeline_now_us() + TP_TIMEOUT_US;
-        while (!t.assigned && !t.fails && pipeline_now_us() < end)
+        while (!t.assigned && !t.fails && pipeline_now_us() < end) {
                 tp_turn(&t);
+                paused_early = paused_early || (kafka_is_paused(t.kafka) && !t.hold_expiries);
+        }
         CU_ASSERT_EQUAL_FATAL(t.assigned, 1);
+        CU_ASSERT_FALSE(paused_early);
         end = pipeline_now_us() + 2 * 1000 * 1000ULL;
         while (pipeline_now_us() < end)
                 tp_turn(&t);
         pipeline_get_stats(t.pipeline, &st);
         CU_ASSERT_EQUAL(st.records_in, 0);
         CU_ASSERT_EQUAL(st.batches, 0);
+        CU_ASSERT_EQUAL(t.hold_expiries, 1);
+        CU_ASSERT_EQUAL(st.hold_pauses, 1);
         CU_ASSERT_TRUE(kafka_is_paused(t.kafka));
         CU_ASSERT_EQUAL(t.delivered_predictions + t.delivered_dlq, 0);
 
+        laters = t.pump_laters;
         pipeline_set_intake(t.pipeline, true);
+        CU_ASSERT_EQUAL(t.pump_laters, laters + 1);
         end = pipeline_now_us() + TP_TIMEOUT_US;
         while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
                pipeline_now_us() < end)
@@ -414,6 +429,46 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
         CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
         CU_ASSERT_EQUAL(st.records_held, 0);
         CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
+        tp_teardown(&t);
+}
+
+/* The intake closed and reopened within the hold (the test keeps the
+ * hold's deadline back): nothing is taken while closed, fetching is never
+ * paused, and everything is taken after. */
+static void test_pipeline_intake_reopened_within_the_hold(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        bool paused = false;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        t.hold_timer_held = true;
+        CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        pipeline_set_intake(t.pipeline, false);
+        end = pipeline_now_us() + 500 * 1000ULL;
+        while (pipeline_now_us() < end) {
+                tp_turn(&t);
+                paused = paused || kafka_is_paused(t.kafka);
+        }
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, 0);
+        CU_ASSERT_TRUE(st.holding);
+        pipeline_set_intake(t.pipeline, true);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end) {
+                tp_turn(&t);
+                paused = paused || kafka_is_paused(t.kafka);
+        }
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_GOOD);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_FALSE(paused);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.hold_pauses, 0);
+        CU_ASSERT_FALSE(st.holding);
         tp_teardown(&t);
 }
 
@@ -702,6 +757,7 @@ int test_pipeline_register(void) {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
                 { "records_to_predictions_and_dlq", test_pipeline_records_to_predictions_and_dlq },
                 { "intake_closed_takes_nothing", test_pipeline_intake_closed_takes_nothing },
+                { "intake_reopened_within_the_hold", test_pipeline_intake_reopened_within_the_hold },
                 { "cap_holds_batches", test_pipeline_cap_holds_batches },
                 { "cap_long_wait_pauses_then_lifted", test_pipeline_cap_long_wait_pauses_then_lifted },
                 { "full_holds_then_pauses", test_pipeline_full_holds_then_pauses },
