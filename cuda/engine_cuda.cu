@@ -479,15 +479,15 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
                 r = errbuf_set(err, r, "the CUDA arena cannot be laid out for this plan");
                 goto fail;
         }
-        expect_bytes = plan.total_bytes - plan.engine.context_bytes - plan.engine.graph_bytes;
+        expect_bytes = plan_arena_bytes(&plan);
         act_need = (uint64_t)plan.max_batch * plan.arena_elems_per_sample * ce->pb;
-        if (ce->L.arena_bytes != expect_bytes || ce->L.pinned_host_bytes != plan.pinned_host_bytes ||
+        if (ce->L.arena_bytes != expect_bytes || ce->L.pinned_host_bytes != plan.engine.pinned_host_bytes ||
             ce->L.workspace_bytes != plan.workspace_bytes || ce->L.activation_bytes < act_need) {
                 r = errbuf_set(err, -EINVAL,
                                "the CUDA arena layout (%llu device bytes, %llu pinned) disagrees with the plan "
                                "(%llu device bytes, %llu pinned)",
                                (unsigned long long)ce->L.arena_bytes, (unsigned long long)ce->L.pinned_host_bytes,
-                               (unsigned long long)expect_bytes, (unsigned long long)plan.pinned_host_bytes);
+                               (unsigned long long)expect_bytes, (unsigned long long)plan.engine.pinned_host_bytes);
                 goto fail;
         }
         snprintf(what, sizeof(what), "allocating the %s device arena",
@@ -499,6 +499,9 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         memset(ce->pinned, 0, ce->L.pinned_host_bytes);
         ce->arena_alloc_bytes = ce->L.arena_bytes;
         ce->pinned_alloc_bytes = ce->L.pinned_host_bytes;
+        /* Kept until close, a swap included: a swap's plan charges them. */
+        e->held_arena_bytes = ce->arena_alloc_bytes;
+        e->held_pinned_host_bytes = ce->pinned_alloc_bytes;
         ce->graph_plan_bytes = plan.engine.graph_bytes;
         /* Zeroed staging means every format is RECORD_UNKNOWN until written. */
         CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->L.arena_bytes, ce->compute), "clearing the device arena");
@@ -589,8 +592,9 @@ static int swap_layout(const engine_t *e, const model_t *next, const plan_t *pla
         r = engine_cuda_layout_of_plan(next, plan, L);
         if (r < 0)
                 return errbuf_set(err, r, "the CUDA arena cannot be laid out for the new plan");
-        if (L->arena_bytes != plan->total_bytes - plan->engine.context_bytes - plan->engine.graph_bytes ||
-            L->pinned_host_bytes != plan->pinned_host_bytes)
+        /* The plan charges the whole held arena and staging (arena_kept_bytes,
+         * pinned_host_bytes); the layout is what its batch carves of them. */
+        if (L->arena_bytes != plan_arena_bytes(plan) || L->pinned_host_bytes != plan->engine.pinned_host_bytes)
                 return errbuf_set(err, -EINVAL, "the CUDA arena layout disagrees with the new plan");
         if (L->arena_bytes > ce->arena_alloc_bytes)
                 return errbuf_set(err, -ENOSPC, "the new plan (%s, batch %d) needs a %s device arena; %s was "

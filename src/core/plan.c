@@ -238,7 +238,13 @@ int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64
                           units_format_size(per_thread_bytes, d, sizeof(d)), (unsigned long long)max_pixels);
 }
 
+uint64_t plan_arena_bytes(const plan_t *p) {
+        return (p->engine.weights_in_arena ? p->weights_bytes : 0) + p->activation_bytes +
+               p->engine.workspace_bytes + p->engine.staging_bytes;
+}
+
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *p) {
+        uint64_t arena;
         int r;
 
         memset(p, 0, sizeof(*p));
@@ -261,7 +267,12 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
         p->limit = PLAN_LIMIT_MAX_BATCH;
         p->workspace_bytes = p->engine.workspace_bytes;
-        p->pinned_host_bytes = p->engine.pinned_host_bytes;
+        /* A swap keeps the staging allocated at open: a smaller batch
+         * carves less of it, but the process holds it all. */
+        p->held_pinned_host_bytes = req->held_pinned_host_bytes;
+        p->pinned_host_bytes = p->engine.pinned_host_bytes > req->held_pinned_host_bytes
+                                       ? p->engine.pinned_host_bytes
+                                       : req->held_pinned_host_bytes;
         p->host_reserve_bytes = req->host_reserve_bytes;
         if (req->decode_threads > 0 || req->decode_threads_auto > 0) {
                 r = plan_decode_terms(req->decode_max_pixels, req->decode_input_bytes, &p->decode);
@@ -279,8 +290,12 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes
                                      ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes
                                      : 0;
+        /* Likewise the arena: what this batch does not carve of it is held. */
+        arena = plan_arena_bytes(p);
+        p->held_arena_bytes = req->held_arena_bytes;
+        p->arena_kept_bytes = req->held_arena_bytes > arena ? req->held_arena_bytes - arena : 0;
         p->total_bytes = p->engine.context_bytes + p->engine.graph_bytes + p->weights_bytes + p->activation_bytes +
-                         p->engine.workspace_bytes + p->engine.staging_bytes;
+                         p->engine.workspace_bytes + p->engine.staging_bytes + p->arena_kept_bytes;
         return 0;
 }
 
@@ -303,9 +318,29 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                 { "the device staging buffers", p->engine.staging_bytes },
                 { "the activations of one sample", p->activation_bytes },
         };
-        char a[32], b[32], c[32];
+        char a[32], b[32], c[32], d[32];
         uint64_t sum = 0;
 
+        /* A swap's plan: the arena allocated at open outweighs this batch's
+         * carve, and only a larger budget or a restart changes that. */
+        if (p->arena_kept_bytes > 0 && p->total_bytes > p->budget_bytes) {
+                char rest[160] = "";
+
+                if (p->engine.context_bytes + p->engine.graph_bytes > 0)
+                        snprintf(rest, sizeof(rest), " with the CUDA context and graphs (%s)",
+                                 units_format_size(p->engine.context_bytes + p->engine.graph_bytes, b, sizeof(b)));
+                if (!p->engine.weights_in_arena)
+                        snprintf(rest + strlen(rest), sizeof(rest) - strlen(rest), " beside the weights (%s)",
+                                 units_format_size(p->weights_bytes, d, sizeof(d)));
+                return errbuf_set(err, -ENOSPC,
+                                  "the plan does not fit: the %s budget ([memory] gpu_budget) of %s is too small "
+                                  "for the %s arena allocated at start (a model swap in place keeps it until a "
+                                  "restart, whatever batch the new plan carves from it)%s: raise [memory] "
+                                  "gpu_budget, or restart inferd to plan the arena again",
+                                  p->backend == BACKEND_CUDA ? "device" : "memory",
+                                  units_format_size(p->budget_bytes, c, sizeof(c)),
+                                  units_format_size(p->held_arena_bytes, a, sizeof(a)), rest);
+        }
         for (size_t i = 0; i < sizeof(terms) / sizeof(terms[0]); i++) {
                 if (sum + terms[i].bytes > p->budget_bytes)
                         return errbuf_set(err, -ENOSPC,
@@ -316,6 +351,29 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                           units_format_size(terms[i].bytes, a, sizeof(a)),
                                           units_format_size(p->budget_bytes - sum, b, sizeof(b)));
                 sum += terms[i].bytes;
+        }
+        /* A swap's plan: what this batch carves would fit, but the pinned
+         * buffers allocated at open, which the swap keeps, do not. */
+        if (p->held_pinned_host_bytes > p->engine.pinned_host_bytes &&
+            p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes > p->host_budget_bytes &&
+            p->engine.pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes) {
+                char decode[160] = "", e[32];
+
+                if (p->decode_threads > 0)
+                        snprintf(decode, sizeof(decode), ", the %d decode thread%s %s (%s)", p->decode_threads,
+                                 p->decode_threads == 1 ? "" : "s",
+                                 p->decode_limit == PLAN_DECODE_LIMIT_RUNNING ? "running since start" : "planned",
+                                 units_format_size(p->decode_host_bytes, e, sizeof(e)));
+                return errbuf_set(err, -ENOSPC,
+                                  "the plan does not fit: [memory] host_budget (%s) is too small for the pinned "
+                                  "buffers allocated at start (%s for %d slots; a model swap in place keeps them "
+                                  "until a restart, though its batch carves only %s of them)%s and librdkafka's "
+                                  "minimum (%s): raise [memory] host_budget, or restart inferd to plan the pinned "
+                                  "buffers again",
+                                  units_format_size(p->host_budget_bytes, b, sizeof(b)),
+                                  units_format_size(p->held_pinned_host_bytes, a, sizeof(a)), p->pipeline_depth,
+                                  units_format_size(p->engine.pinned_host_bytes, d, sizeof(d)), decode,
+                                  units_format_size(p->host_reserve_bytes, c, sizeof(c)));
         }
         if (p->pinned_host_bytes + p->host_reserve_bytes > p->host_budget_bytes)
                 return errbuf_set(err, -ENOSPC,
@@ -400,7 +458,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
-                "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu}\n",
+                "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,\"held_arena_bytes\":%llu,"
+                "\"arena_kept_bytes\":%llu,\"held_pinned_host_bytes\":%llu,\"carved_pinned_host_bytes\":%llu}\n",
                 backend_name(p->backend), precision_name(p->precision), p->max_batch, p->pipeline_depth,
                 (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
                 (unsigned long long)p->activation_bytes, (unsigned long long)p->workspace_bytes,
@@ -413,7 +472,9 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
                 (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes,
                 plan_decode_limit_name(p->decode_limit), (unsigned long long)p->host_reserve_bytes,
-                (unsigned long long)p->host_rest_bytes);
+                (unsigned long long)p->host_rest_bytes, (unsigned long long)p->held_arena_bytes,
+                (unsigned long long)p->arena_kept_bytes, (unsigned long long)p->held_pinned_host_bytes,
+                (unsigned long long)p->engine.pinned_host_bytes);
         return ferror(out) ? -EIO : 0;
 }
 
@@ -442,11 +503,19 @@ int plan_write_text(const plan_t *p, FILE *out) {
                         units_format_size(rows[i].bytes, a, sizeof(a)), (unsigned long long)rows[i].bytes);
         fprintf(out, "  %-22s %12s  (%s per sample)\n", "", "",
                 units_format_size(p->activation_bytes_per_sample, a, sizeof(a)));
+        if (p->arena_kept_bytes > 0)
+                fprintf(out, "  %-22s %12s  (%llu bytes: the arena of %s allocated at start, kept by a model swap "
+                        "in place, less what this batch carves)\n", "arena kept from start",
+                        units_format_size(p->arena_kept_bytes, a, sizeof(a)), (unsigned long long)p->arena_kept_bytes,
+                        units_format_size(p->held_arena_bytes, b, sizeof(b)));
         fprintf(out, "  %-22s %12s  of a budget of %s\n", "total",
                 units_format_size(p->total_bytes, a, sizeof(a)), units_format_size(p->budget_bytes, b, sizeof(b)));
         fprintf(out, "  %-22s %12s  of a host budget of %s\n", "pinned host",
                 units_format_size(p->pinned_host_bytes, a, sizeof(a)),
                 units_format_size(p->host_budget_bytes, b, sizeof(b)));
+        if (p->pinned_host_bytes > p->engine.pinned_host_bytes)
+                fprintf(out, "  %-22s %12s  (allocated at start and kept by a model swap in place; this batch "
+                        "carves %s of them)\n", "", "", units_format_size(p->engine.pinned_host_bytes, a, sizeof(a)));
         if (p->decode_threads > 0) {
                 fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels (%s)\n",
                         p->decode_threads, p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels,

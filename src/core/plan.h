@@ -8,6 +8,13 @@
  * arena) and plan->pinned_host_bytes of host staging, and carves every buffer
  * from them at the offsets given here. Nothing is allocated after that.
  *
+ * A model swap in place (engine_swap_plan) keeps that arena and that staging
+ * as allocated at open, whatever batch the new plan carves from them: its
+ * request names them (held_arena_bytes, held_pinned_host_bytes), and the
+ * plan charges what is held, never less (arena_kept_bytes, and
+ * pinned_host_bytes at least the held staging), so a budget below what the
+ * process really holds is refused instead of planned around.
+ *
  * Activation memory comes from buffer liveness: tensors whose lifetimes (from
  * the op that writes them to the last op that reads them) do not overlap
  * share bytes. Offsets are per sample; a batch of B places every tensor at
@@ -56,6 +63,10 @@ typedef struct plan_engine_terms {
         uint64_t workspace_bytes;       /* im2col / GEMM / top-k scratch */
         uint64_t staging_bytes;         /* device-side input and output buffers of all slots */
         uint64_t pinned_host_bytes;     /* host input and output buffers of all slots */
+        bool weights_in_arena;          /* the weights are carved from the engine's one arena (CUDA), not
+                                         * kept in the model's own blocks (the CPU): the arena is then
+                                         * weights + activations + workspace + staging, else without the
+                                         * weights (plan_arena_bytes) */
         /* Elements per sample of the largest single GEMM operand the engine
          * forms with the batch folded into its rows (the CUDA engine: conv1's
          * im2col matrix). The planner keeps operand * batch below
@@ -166,6 +177,11 @@ typedef struct plan_request {
         uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
         uint64_t host_reserve_bytes;    /* host bytes that neither the pinned buffers nor decoding may take
                                          * (the daemon: librdkafka's floor; inferd-run: 0) */
+        /* What the running engine allocated at open and a model swap in
+         * place keeps (engine_swap_plan); 0 for a plan made for an open.
+         * The plan charges at least these, whatever its batch carves. */
+        uint64_t held_arena_bytes;      /* its one arena (device memory; host memory for the CPU engine) */
+        uint64_t held_pinned_host_bytes; /* its host staging of every slot */
 } plan_request_t;
 
 typedef struct plan {
@@ -186,8 +202,17 @@ typedef struct plan {
         uint64_t activation_bytes;      /* per sample * max_batch */
         plan_engine_terms_t engine;     /* at max_batch */
         uint64_t workspace_bytes;       /* == engine.workspace_bytes */
-        uint64_t pinned_host_bytes;     /* == engine.pinned_host_bytes */
-        uint64_t total_bytes;           /* device: context + graphs + weights + activations + workspace + staging */
+        uint64_t pinned_host_bytes;     /* charged against the host budget: engine.pinned_host_bytes (what
+                                         * this batch carves), or held_pinned_host_bytes when more is held */
+        uint64_t total_bytes;           /* device: context + graphs + weights + activations + workspace + staging
+                                         * + arena_kept_bytes */
+        /* A model swap's plan (the request's held_*; 0 otherwise): the
+         * arena and the staging allocated at open, which the swap keeps,
+         * and the part of that arena this plan's batch does not carve,
+         * charged in total_bytes all the same. */
+        uint64_t held_arena_bytes;
+        uint64_t held_pinned_host_bytes;
+        uint64_t arena_kept_bytes;      /* held_arena_bytes - plan_arena_bytes(), when positive */
         /* Host (pageable) memory of the decode contexts: not device memory,
          * so outside the device budget, but charged against the host
          * budget beside the pinned buffers (plan_decode_fit). */
@@ -223,6 +248,11 @@ size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]);
  * blocks; the CUDA engine uploads into exactly this layout. */
 uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MODEL_MAX_OPS],
                             size_t b_offset[MODEL_MAX_OPS]);
+
+/* The engine's one arena as this plan carves it: activations, workspace and
+ * staging, and the weights when engine.weights_in_arena. Without
+ * arena_kept_bytes: a swap's held arena is at least this. */
+uint64_t plan_arena_bytes(const plan_t *p);
 
 /* The device total for a given batch (the quantity plan_make bounds). */
 int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t *ret);

@@ -727,7 +727,7 @@ static void daemon_swap_apply(daemon_t *d) {
         model_t *old = d->model;
         const plan_t *plan;
         errbuf_t err = {};
-        char size[32], host[32], budget[32];
+        char size[32], arena[32], host[32], budget[32], pinned[32];
         int r;
 
         r = engine_swap(d->engine, d->swap_model, &d->swap_plan, &err);
@@ -762,16 +762,21 @@ static void daemon_swap_apply(daemon_t *d) {
         d->reload_stats.last_swap_s = (double)(t1 - t0) / 1e6;
         d->reload_stats.last_swap_pause_s = (double)(t1 - d->swap_paused_us) / 1e6;
         plan = engine_plan_of(d->engine);
-        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s, host plan %s of "
-                 "%s with the %d decode thread%s running since start; the swap took %.1f ms, fetching was paused "
-                 "for %.1f ms",
+        /* The plan charges what the engine holds since start: its whole
+         * arena and staging, whatever this batch carves of them. */
+        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s with the %s "
+                 "arena allocated at start, host plan %s of %s with the %d decode thread%s running since start "
+                 "and the %s of pinned buffers allocated at start; the swap took %.1f ms, fetching was paused for "
+                 "%.1f ms",
                  d->model->id, d->cfg->model.weights, engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine),
                  units_format_size(plan->total_bytes, size, sizeof(size)),
+                 units_format_size(plan->held_arena_bytes, arena, sizeof(arena)),
                  units_format_size(plan->pinned_host_bytes + plan->decode_host_bytes, host, sizeof(host)),
                  units_format_size(plan->host_budget_bytes, budget, sizeof(budget)), plan->decode_threads,
-                 plan->decode_threads == 1 ? "" : "s", d->reload_stats.last_swap_s * 1e3,
-                 d->reload_stats.last_swap_pause_s * 1e3);
+                 plan->decode_threads == 1 ? "" : "s",
+                 units_format_size(plan->pinned_host_bytes, pinned, sizeof(pinned)),
+                 d->reload_stats.last_swap_s * 1e3, d->reload_stats.last_swap_pause_s * 1e3);
         daemon_swap_end(d, "applied");
 }
 
@@ -810,7 +815,7 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
         daemon_t *d = userdata;
         engine_options_t o;
         errbuf_t err = {};
-        char host[32], why[sizeof(err.msg) + PATH_MAX + 64];
+        char host[32], pinned[32], why[sizeof(err.msg) + PATH_MAX + 64];
         uint64_t v;
         int r;
 
@@ -841,9 +846,10 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                 return 0;
         }
         if (d->swap_cfg->memory.host_budget_bytes != d->cfg->memory.host_budget_bytes)
-                log_warning("Reload: [memory] host_budget changed: the new plan uses it for the pinned buffers "
-                            "beside the %d decode thread%s running since start; librdkafka's queue limits stay as "
-                            "set at start",
+                log_warning("Reload: [memory] host_budget changed: the new plan charges it with the pinned "
+                            "buffers allocated at start (%s) and the %d decode thread%s running since start; "
+                            "librdkafka's queue limits stay as set at start",
+                            units_format_size(d->swap_plan.pinned_host_bytes, pinned, sizeof(pinned)),
                             d->swap_plan.decode_threads, d->swap_plan.decode_threads == 1 ? "" : "s");
         /* Step 3: nothing new is taken; what is in the slots finishes. */
         log_info("Reload: %s from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "

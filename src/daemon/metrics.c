@@ -110,7 +110,10 @@ static void metrics_histogram(FILE *f, const char *name, const char *help, const
 
 static void metrics_plan(FILE *f, const plan_t *p) {
         /* The device terms first, in the order of plan.c's total; their sum
-         * is total_bytes. pinned_host is host memory, outside it. */
+         * is total_bytes. arena_kept: after a model swap, the part of the
+         * arena allocated at start that its batch does not carve (0
+         * otherwise). pinned_host is host memory, outside it: after a swap,
+         * every pinned buffer allocated at start. */
         const struct {
                 const char *term;
                 uint64_t bytes;
@@ -118,12 +121,14 @@ static void metrics_plan(FILE *f, const plan_t *p) {
                 { "weights", p ? p->weights_bytes : 0 },        { "activations", p ? p->activation_bytes : 0 },
                 { "workspace", p ? p->engine.workspace_bytes : 0 }, { "staging", p ? p->engine.staging_bytes : 0 },
                 { "context", p ? p->engine.context_bytes : 0 }, { "graphs", p ? p->engine.graph_bytes : 0 },
-                { "pinned_host", p ? p->pinned_host_bytes : 0 },
+                { "arena_kept", p ? p->arena_kept_bytes : 0 }, { "pinned_host", p ? p->pinned_host_bytes : 0 },
         };
 
         metrics_head(f, "inferd_plan_bytes", "gauge",
                      "The memory plan's terms in bytes; every term but pinned_host is on the device (host memory "
-                     "for the CPU engine) and they sum to the plan's total.");
+                     "for the CPU engine) and they sum to the plan's total. After a model swap in place the plan "
+                     "charges what is held since start: arena_kept is the part of the arena allocated at start "
+                     "that the new batch does not carve, and pinned_host every pinned buffer allocated at start.");
         if (p)
                 for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
                         fprintf(f, "inferd_plan_bytes{term=\"%s\"} %" PRIu64 "\n", t[i].term, t[i].bytes);

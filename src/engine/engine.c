@@ -166,8 +166,11 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
         r = engine_request(&so, 1, &req, NULL, 0, err);
         if (r < 0)
                 return r;
-        /* The context measured at open is still there. */
+        /* The context measured at open is still there, and so are the
+         * arena and the staging open allocated: the plan charges them. */
         req.measured_context_bytes = e->request.measured_context_bytes;
+        req.held_arena_bytes = e->held_arena_bytes;
+        req.held_pinned_host_bytes = e->held_pinned_host_bytes;
         r = plan_make(next, &req, ret, err);
         if (r < 0)
                 return r;

@@ -78,7 +78,8 @@ typedef struct engine_ops {
         int (*completion_fd)(engine_t *e);
         /* A model swap in place (engine_swap_plan, engine_swap); NULL in an
          * executor that cannot swap. swap_fits: whether plan (made for next)
-         * fits what open allocated; changes nothing. swap: e is idle; frees
+         * fits what open allocated; changes nothing. open sets e->held_*,
+         * which the plan then charges. swap: e is idle; frees
          * e's weights, then puts next's in the same arena for plan. */
         int (*swap_fits)(const engine_t *e, const model_t *next, const plan_t *plan, errbuf_t *err);
         int (*swap)(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err);
@@ -92,6 +93,11 @@ struct engine {
         plan_request_t request; /* what the plan was made from; an engine may re-plan with a measured context */
         plan_t plan;            /* copied at open; an engine's open may lower max_batch, never raise it */
         int device;             /* CUDA device ordinal */
+        /* What ops->open allocated and keeps until close, a model swap
+         * included: its arena and its host staging (pinned on CUDA). A
+         * swap's plan charges them (plan_request_t held_*). */
+        uint64_t held_arena_bytes;
+        uint64_t held_pinned_host_bytes;
         record_format_t *formats;       /* (depth, max_batch): the format of each packed record */
         uint64_t *offsets;      /* (depth, max_batch): where each record starts in the slot's input */
         pack_t *packs;          /* (depth): the packing of each slot's current batch */
@@ -206,7 +212,11 @@ const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
  * decode contexts o names, which should be the ones the caller runs, with
  * decode_running: the engine knows nothing of them), and
  * checks that it fits what e allocated at open: the arena (device memory on
- * CUDA: nothing is allocated after open) and the host staging. It changes
+ * CUDA: nothing is allocated after open) and the host staging. Those stay
+ * allocated whatever batch the new plan carves, so the plan charges them as
+ * held (plan_request_t held_*: total_bytes counts the whole arena,
+ * pinned_host_bytes the whole staging), and a budget that cannot hold them
+ * is refused with a sentence that says so. It changes
  * nothing, so the caller can refuse the reload with *err (-ENOSPC: the
  * budget or the arena is too small; -EOPNOTSUPP: this executor cannot swap)
  * while e keeps serving.

@@ -12,8 +12,9 @@
  * sized by engine_cpu_layout, the same function that gives the plan its
  * terms, and nothing is allocated per batch. A model swap (engine_swap)
  * points the engine at the new model's blocks and carves its plan from the
- * same two allocations; while the new file is staged, host memory holds
- * the old set and the new one, and one once the caller frees the old.
+ * same two allocations, which it keeps (its plan charges them whole:
+ * e->held_*); while the new file is staged, host memory holds the old set
+ * and the new one, and one once the caller frees the old.
  *
  * It is not fast by cleverness: the speed is OpenBLAS's. */
 #include <assert.h>
@@ -263,7 +264,7 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                           e->plan.top_k, &c->layout);
         /* The plan and the carve come from the same layout function. */
         if (c->layout.workspace_bytes != e->plan.workspace_bytes ||
-            c->layout.host_bytes != e->plan.pinned_host_bytes) {
+            c->layout.host_bytes != e->plan.engine.pinned_host_bytes) {
                 r = errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with its plan");
                 goto fail;
         }
@@ -275,6 +276,8 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         }
         c->arena_alloc_bytes = c->layout.activation_bytes + c->layout.workspace_bytes;
         c->host_alloc_bytes = c->layout.host_bytes;
+        e->held_arena_bytes = c->arena_alloc_bytes;
+        e->held_pinned_host_bytes = c->host_alloc_bytes;
         c->activations = c->arena;
         c->workspace = (float *)((char *)c->arena + c->layout.activation_bytes);
         c->queue = calloc((size_t)e->plan.pipeline_depth, sizeof(int));
@@ -345,7 +348,7 @@ static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const 
         const engine_cpu_t *c = e->impl;
 
         engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth, plan->top_k, l);
-        if (l->workspace_bytes != plan->workspace_bytes || l->host_bytes != plan->pinned_host_bytes)
+        if (l->workspace_bytes != plan->workspace_bytes || l->host_bytes != plan->engine.pinned_host_bytes)
                 return errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with the new plan");
         if (l->activation_bytes + l->workspace_bytes > c->arena_alloc_bytes || l->host_bytes > c->host_alloc_bytes)
                 return errbuf_set(err, -ENOSPC,

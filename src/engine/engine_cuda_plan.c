@@ -216,6 +216,7 @@ int engine_cuda_plan_terms(const model_t *m, const plan_request_t *req, int batc
         ret->workspace_bytes = L.workspace_bytes;
         ret->staging_bytes = L.staging_bytes;
         ret->pinned_host_bytes = L.pinned_host_bytes;
+        ret->weights_in_arena = true;
         ret->gemm_operand_elems_per_sample = engine_cuda_gemm_operand_elems_per_sample(m);
         return 0;
 }

@@ -109,7 +109,7 @@ def plan(scrape, plan_json):
         p = json.load(f)
     want = {'weights': p['weights_bytes'], 'activations': p['activation_bytes'], 'workspace': p['workspace_bytes'],
             'staging': p['staging_bytes'], 'context': p['context_bytes'], 'graphs': p['graph_bytes'],
-            'pinned_host': p['pinned_host_bytes']}
+            'arena_kept': p['arena_kept_bytes'], 'pinned_host': p['pinned_host_bytes']}
     got = {dict(k[1])['term']: v for k, v in s.items() if k[0] == 'inferd_plan_bytes'}
     check('metrics/plan-terms', got == want, 'inferd_plan_bytes %s, inferd --plan --json %s' % (got, want))
     device = sum(v for t, v in got.items() if t != 'pinned_host')

@@ -2,8 +2,9 @@
  * (daemon_swap_engine_options with engine_swap_plan): the decode pool is
  * made once at start and never resized, so a swap's plan charges the
  * threads that run, with their max_pixels, against the new host budget,
- * whatever the new file's [decode] keys or the automatic rule would make.
- * A CPU engine on a random model stands for the running one; no daemon, no
+ * whatever the new file's [decode] keys or the automatic rule would make;
+ * likewise the engine's host staging and arena, allocated at open for the
+ * batch of the start and kept. A CPU engine on a random model stands for the running one; no daemon, no
  * broker. The numbers are derived in the comments. */
 #include <errno.h>
 #include <stdio.h>
@@ -100,9 +101,97 @@ static void test_daemon_swap_plans_running_decode_pool(void) {
         cfg_free(c);
 }
 
+/* The engine's host staging (the pinned buffers on CUDA; one host block on
+ * the CPU) is allocated at open for the batch of the start and kept by a
+ * swap, which only carves a smaller batch from it. A running engine of
+ * batch 32 holds H bytes of it (10.3 MiB). A new host budget of H + 10 MiB (librdkafka's
+ * minimum) less 1 MiB would plan a smaller batch carving less than H, but H
+ * is what stays allocated: refused, naming the buffers held since start
+ * (and the decode thread that runs, when one does). H + 10 MiB holds them:
+ * the plan charges exactly H, at batch 8. A smaller [memory] max_batch
+ * carves less and is still charged H. */
+static void test_daemon_swap_plans_held_pinned_buffers(void) {
+        model_t *running = NULL, *next = NULL;
+        engine_t *e = NULL;
+        engine_options_t o;
+        cfg_t *c = NULL;
+        plan_t p;
+        plan_decode_terms_t t;
+        errbuf_t err = {};
+        char host[32];
+        uint64_t held, per;
+
+        CU_ASSERT_EQUAL_FATAL(model_random(&running, 21), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random(&next, 22), 0);
+        CU_ASSERT_EQUAL_FATAL(cfg_new_defaults(&c), 0);
+        c->engine.backend = BACKEND_CPU;
+        c->memory.max_batch = 32;
+        c->memory.host_budget_bytes = 2048 * MiB;
+
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.max_batch = 32;
+        o.pipeline_depth = 2;
+        CU_ASSERT_EQUAL_FATAL(engine_open(&e, running, &o, NULL, 0, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_max_batch(e), 32);
+        held = e->held_pinned_host_bytes;
+        CU_ASSERT_EQUAL(held, engine_plan_of(e)->pinned_host_bytes);
+        /* 2 slots of room for 31 rgb8 records and a float32 one (5.0 MiB),
+         * with their results. */
+        CU_ASSERT(held > 10 * MiB && held < 11 * MiB);
+
+        /* H + 10 MiB - 1 MiB: batch 28 would carve less, but the staging
+         * of batch 32 stays allocated. */
+        c->memory.host_budget_bytes = held + 10 * MiB - 1 * MiB;
+        daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL(engine_swap_plan(e, next, &o, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "is too small for the pinned buffers allocated at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "raise [memory] host_budget"));
+        CU_ASSERT_PTR_NULL(strstr(err.msg, "decode thread"));
+
+        /* With a decode thread running (4 MP): the sentence counts it too. */
+        CU_ASSERT_EQUAL_FATAL(plan_decode_terms(4000000, 0, &t), 0);
+        per = t.buffer_bytes + t.library_bytes;
+        c->memory.host_budget_bytes = held + per + 10 * MiB - 1 * MiB;
+        daemon_swap_engine_options(c, 1, 4000000, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL(engine_swap_plan(e, next, &o, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "is too small for the pinned buffers allocated at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the 1 decode thread running since start"));
+
+        /* H + 10 MiB: swapped at batch 32, charged exactly H. */
+        c->memory.host_budget_bytes = held + 10 * MiB;
+        daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 32);
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, held);
+        CU_ASSERT_EQUAL(p.held_pinned_host_bytes, held);
+        CU_ASSERT_EQUAL(p.host_rest_bytes, 10 * MiB);
+
+        /* [memory] max_batch = 2: batch 2 carves a seventh of it, and the
+         * plan still charges the whole staging (and the whole arena). */
+        c->memory.max_batch = 2;
+        c->memory.host_budget_bytes = 2048 * MiB;
+        daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 2);
+        CU_ASSERT(p.engine.pinned_host_bytes < held / 3);
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, held);
+        CU_ASSERT_EQUAL(p.total_bytes, p.weights_bytes + e->held_arena_bytes);
+        CU_ASSERT(p.arena_kept_bytes > 0);
+        CU_ASSERT_EQUAL_FATAL(engine_swap(e, next, &p, &err), 0);
+        CU_ASSERT_EQUAL(engine_plan_of(e)->pinned_host_bytes, held);
+        CU_ASSERT_EQUAL(engine_max_batch(e), 2);
+
+        engine_free(e);
+        model_free(running);
+        model_free(next);
+        cfg_free(c);
+}
+
 int test_daemon_register(void) {
         static CU_TestInfo tests[] = {
                 { "swap_plans_running_decode_pool", test_daemon_swap_plans_running_decode_pool },
+                { "swap_plans_held_pinned_buffers", test_daemon_swap_plans_held_pinned_buffers },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("daemon", tests);

@@ -304,7 +304,9 @@ static double engine_test_rel(const float *a, const float *b) {
  * model's logits (those of an engine opened on it, which the golden suite
  * holds against torchvision), not the old one's; a plan that does not fit
  * is refused by engine_swap_plan with nothing changed; a busy engine
- * refuses the swap; a smaller budget lowers the batch within the arena. */
+ * refuses the swap; the plan charges the arena and host block kept from
+ * open, so a budget below them is refused, and a smaller max_batch is
+ * carved within them. */
 static void test_engine_cpu_swap_weights(void) {
         model_t *a = NULL, *b = NULL, *c = NULL;
         engine_t *e, *fresh;
@@ -354,18 +356,40 @@ static void test_engine_cpu_swap_weights(void) {
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
         CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
 
-        /* A budget that leaves room for one sample only: batch 1, carved in
-         * the same arena, still the new model's numbers. */
+        /* The swap kept the arena and the host block of open: its plan
+         * charges both whole (the weights are the model's own blocks). */
+        CU_ASSERT(e->held_arena_bytes > 0 && e->held_pinned_host_bytes > 0);
+        CU_ASSERT_EQUAL(plan.total_bytes, plan.weights_bytes + e->held_arena_bytes);
+        CU_ASSERT_EQUAL(plan.pinned_host_bytes, e->held_pinned_host_bytes);
+
+        /* A budget that batch 1 alone would fit (half a sample less than
+         * the plan): refused, since the swap keeps the arena of batch 2
+         * allocated at open; a still serves. */
         CU_ASSERT_EQUAL_FATAL(model_random(&c, 6), 0);
         snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(plan.total_bytes -
                                                                       plan.activation_bytes_per_sample / 2));
         o.device_budget = budget;
+        CU_ASSERT_EQUAL(engine_swap_plan(e, c, &o, &plan, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "arena allocated at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[memory] gpu_budget"));
+        CU_ASSERT_EQUAL(engine_max_batch(e), 2);
+
+        /* A smaller max_batch: batch 1, carved in the same arena and host
+         * block, which the plan still charges whole; the new model's
+         * numbers. */
+        o.device_budget = NULL;
+        o.max_batch = 1;
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, c, &o, &plan, &err), 0);
         CU_ASSERT_EQUAL(plan.max_batch, 1);
+        CU_ASSERT(plan.arena_kept_bytes >= plan.activation_bytes_per_sample);
+        CU_ASSERT_EQUAL(plan.total_bytes, plan.weights_bytes + e->held_arena_bytes);
+        CU_ASSERT(plan.engine.pinned_host_bytes < e->held_pinned_host_bytes);
+        CU_ASSERT_EQUAL(plan.pinned_host_bytes, e->held_pinned_host_bytes);
         CU_ASSERT_EQUAL_FATAL(engine_swap(e, c, &plan, &err), 0);
         model_free(b);
         b = NULL;
         CU_ASSERT_EQUAL(engine_max_batch(e), 1);
+        CU_ASSERT_EQUAL(engine_plan_of(e)->pinned_host_bytes, e->held_pinned_host_bytes);
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
         CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
         engine_free(e);

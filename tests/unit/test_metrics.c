@@ -59,8 +59,9 @@ static void test_metrics_format_snapshot(void) {
         plan.engine.staging_bytes = 4;
         plan.engine.context_bytes = 5;
         plan.engine.graph_bytes = 6;
+        plan.arena_kept_bytes = 8;
         plan.pinned_host_bytes = 7;
-        plan.total_bytes = 100 + 20 + 3 + 4 + 5 + 6;
+        plan.total_bytes = 100 + 20 + 3 + 4 + 5 + 6 + 8;
         plan.budget_bytes = 1000;
         plan.max_batch = 8;
         s.predicted = 11;
@@ -90,7 +91,8 @@ static void test_metrics_format_snapshot(void) {
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_consumer_lag_records{topic=\"images\",partition=\"3\"} "), 42);
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_consumer_lag_seconds{topic=\"images\",partition=\"3\"} "), 1.5);
         {
-                static const char *const dev[] = { "weights", "activations", "workspace", "staging", "context", "graphs" };
+                static const char *const dev[] = { "weights", "activations", "workspace", "staging", "context", "graphs",
+                                                   "arena_kept" };
                 double sum = 0;
                 char key[64];
 

@@ -424,6 +424,100 @@ static void test_plan_decode_running_pool(void) {
         model_free(m);
 }
 
+/* A model swap's plan on the CUDA engine's terms: the arena and the pinned
+ * staging of the start (batch 64) stay allocated, so a swap to batch 8
+ * carves less of both but is charged all of it (total_bytes: the context,
+ * batch 8's graphs, which are captured again, and the whole arena;
+ * pinned_host_bytes: the whole staging). A device budget that batch 1's
+ * carve would fit but the held arena does not, and a host budget below the
+ * held staging, are refused with sentences that name what is held. */
+static void test_plan_swap_charges_held_buffers(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t start, p, one;
+        uint64_t arena, pinned;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        memset(&req, 0, sizeof(req));
+        req.backend = BACKEND_CUDA;
+        req.precision = PRECISION_FP16;
+        req.device_memory_bytes = (uint64_t)11 << 30;
+        req.budget_bytes = (uint64_t)8 << 30;
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.host_reserve_bytes = (uint64_t)10 << 20;
+        req.pipeline_depth = 2;
+        req.record_bytes = RECORD_MAX_BYTES;
+        req.max_batch = 64;
+        req.top_k = 5;
+        req.terms = engine_cuda_plan_terms;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &start, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(start.max_batch, 64);
+        CU_ASSERT(start.engine.weights_in_arena);
+        CU_ASSERT_EQUAL(start.arena_kept_bytes, 0);
+        CU_ASSERT_EQUAL(start.held_arena_bytes, 0);
+        arena = plan_arena_bytes(&start);
+        pinned = start.pinned_host_bytes;
+        CU_ASSERT_EQUAL(start.total_bytes, start.engine.context_bytes + start.engine.graph_bytes + arena);
+
+        /* The swap, to batch 8. */
+        req.max_batch = 8;
+        req.held_arena_bytes = arena;
+        req.held_pinned_host_bytes = pinned;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 8);
+        CU_ASSERT(plan_arena_bytes(&p) < arena);
+        CU_ASSERT_EQUAL(p.arena_kept_bytes, arena - plan_arena_bytes(&p));
+        CU_ASSERT_EQUAL(p.total_bytes, p.engine.context_bytes + p.engine.graph_bytes + arena);
+        CU_ASSERT(p.engine.pinned_host_bytes < pinned / 4);
+        CU_ASSERT_EQUAL(p.pinned_host_bytes, pinned);
+        CU_ASSERT_EQUAL(p.host_rest_bytes, req.host_budget_bytes - pinned);
+        f = open_memstream(&text, &len);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        plan_write_json(&p, f);
+        plan_write_text(&p, f);
+        fclose(f);
+        {
+                char want[160];
+
+                snprintf(want, sizeof(want), "\"pinned_host_bytes\":%llu,", (unsigned long long)pinned);
+                CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+                snprintf(want, sizeof(want), "\"held_arena_bytes\":%llu,\"arena_kept_bytes\":%llu,",
+                         (unsigned long long)arena, (unsigned long long)p.arena_kept_bytes);
+                CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+                snprintf(want, sizeof(want), "\"carved_pinned_host_bytes\":%llu}",
+                         (unsigned long long)p.engine.pinned_host_bytes);
+                CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+        }
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "arena kept from start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "allocated at start and kept by a model swap in place"));
+        free(text);
+
+        /* Batch 1's carve fits this budget; the arena held does not. */
+        CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 1, &one), 0);
+        CU_ASSERT(one.total_bytes - one.arena_kept_bytes < one.total_bytes - 1);
+        req.budget_bytes = one.total_bytes - 1;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "arena allocated at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "raise [memory] gpu_budget, or restart inferd"));
+
+        /* The host budget: the held staging and librdkafka's minimum, less
+         * one byte; batch 1's carve alone would fit. */
+        req.budget_bytes = (uint64_t)8 << 30;
+        req.host_budget_bytes = pinned + req.host_reserve_bytes - 1;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "too small for the pinned buffers allocated at start"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "raise [memory] host_budget, or restart inferd"));
+        req.host_budget_bytes = pinned + req.host_reserve_bytes;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 8);
+        CU_ASSERT_EQUAL(p.host_rest_bytes, req.host_reserve_bytes);
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
@@ -439,6 +533,7 @@ int test_plan_register(void) {
                 { "decode_fit_rule", test_plan_decode_fit_rule },
                 { "decode_charged_to_host_budget", test_plan_decode_charged_to_host_budget },
                 { "decode_running_pool", test_plan_decode_running_pool },
+                { "swap_charges_held_buffers", test_plan_swap_charges_held_buffers },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);
