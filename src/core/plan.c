@@ -367,7 +367,8 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                 return errbuf_set(err, -ENOSPC,
                                   "the plan does not fit: [memory] host_budget (%s) is too small for the pinned "
                                   "buffers allocated at start (%s for %d slots; a model swap in place keeps them "
-                                  "until a restart, though its batch carves only %s of them)%s and librdkafka's "
+                                  "until a restart, though a smaller batch, %s at 1, would carve less)%s and "
+                                  "librdkafka's "
                                   "minimum (%s): raise [memory] host_budget, or restart inferd to plan the pinned "
                                   "buffers again",
                                   units_format_size(p->host_budget_bytes, b, sizeof(b)),
