@@ -96,10 +96,10 @@ static const cfg_key_t cfg_keys[] = {
           "CUDA device ordinal." },
 
         { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, true, false, F(memory.gpu_budget),
-          "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place; the batch may go down, never above the one at start." },
+          "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place, whose plan charges the whole arena allocated at start (kept until a restart, whatever batch the swap carves from it): a budget too small for it is refused; the batch never goes above the one at start." },
         { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, true, false,
           F(memory.host_budget_bytes),
-          "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave (at least 10MiB) goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged. Live: by a model swap in place, whose plan must hold the pinned buffers and the decode threads running since start (the decode pool is never resized: a budget too small for them is refused); librdkafka's limits stay as at start." },
+          "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave (at least 10MiB) goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged. Live: by a model swap in place, whose plan must hold the pinned buffers allocated at start (kept until a restart, whatever batch the swap carves from them) and the decode threads running since start (the decode pool is never resized): a budget too small for them is refused; librdkafka's limits stay as at start." },
         { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
           "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
 

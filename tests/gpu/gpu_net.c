@@ -479,10 +479,14 @@ void gpu_mem_steady_run(gpu_ctx_t *c, engine_t *e, precision_t p) {
  * batch of 3 matches a CPU engine opened on that model within the new
  * precision's whole-network tolerance, and the device holds no more than
  * the plan at open said (one weight set: nothing was allocated). The
+ * engine held, from open, the arena and the pinned staging its plan
+ * counted (e->held_*), and the swap's plan charges them whole. The
  * swapped-in model goes to *keep, for the caller to free after e. */
 void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
         precision_t q = c->selftest ? PRECISION_FP32 : p == PRECISION_FP16 ? PRECISION_BF16 : PRECISION_FP16;
-        uint64_t open_total = engine_plan_of(e)->total_bytes, used = 0, total = 0;
+        const plan_t *open_plan = engine_plan_of(e);
+        uint64_t open_total = open_plan->total_bytes, used = 0, total = 0;
+        uint64_t open_arena = plan_arena_bytes(open_plan), open_pinned = open_plan->pinned_host_bytes;
         model_t *next = NULL, *ref = NULL;
         engine_t *cpu = NULL;
         uint8_t *recs = NULL;
@@ -520,8 +524,23 @@ void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
         o.backend = c->selftest ? BACKEND_CPU : BACKEND_CUDA;
         o.precision = q;
         o.max_batch = engine_max_batch(e);
+        if (e->held_arena_bytes != open_arena || e->held_pinned_host_bytes != open_pinned) {
+                gpu_result(c, GPU_FAIL, id, NULL, "the engine holds %llu arena and %llu pinned bytes; its plan at open "
+                           "counted %llu and %llu", (unsigned long long)e->held_arena_bytes,
+                           (unsigned long long)e->held_pinned_host_bytes, (unsigned long long)open_arena,
+                           (unsigned long long)open_pinned);
+                goto done;
+        }
         if ((r = engine_swap_plan(e, next, &o, &plan, &err)) < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "engine_swap_plan to %s: %s", precision_name(q), err.msg);
+                goto done;
+        }
+        if (plan_arena_bytes(&plan) + plan.arena_kept_bytes < open_arena || plan.pinned_host_bytes < open_pinned) {
+                gpu_result(c, GPU_FAIL, id, NULL, "the swap's plan charges %llu arena and %llu pinned bytes, less than "
+                           "the %llu and %llu held since open",
+                           (unsigned long long)(plan_arena_bytes(&plan) + plan.arena_kept_bytes),
+                           (unsigned long long)plan.pinned_host_bytes, (unsigned long long)open_arena,
+                           (unsigned long long)open_pinned);
                 goto done;
         }
         if ((r = engine_swap(e, next, &plan, &err)) < 0) {
