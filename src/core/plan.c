@@ -366,11 +366,10 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                  units_format_size(p->decode_host_bytes, e, sizeof(e)));
                 return errbuf_set(err, -ENOSPC,
                                   "the plan does not fit: [memory] host_budget (%s) is too small for the pinned "
-                                  "buffers allocated at start (%s for %d slots; a model swap in place keeps them "
-                                  "until a restart, though a smaller batch, %s at 1, would carve less)%s and "
-                                  "librdkafka's "
-                                  "minimum (%s): raise [memory] host_budget, or restart inferd to plan the pinned "
-                                  "buffers again",
+                                  "buffers allocated at start (%s for %d slots, kept whole by a model swap in "
+                                  "place until a restart, where batch 1 would carve %s of them)%s and "
+                                  "librdkafka's minimum (%s): raise [memory] host_budget, or restart inferd to plan "
+                                  "the pinned buffers again",
                                   units_format_size(p->host_budget_bytes, b, sizeof(b)),
                                   units_format_size(p->held_pinned_host_bytes, a, sizeof(a)), p->pipeline_depth,
                                   units_format_size(p->engine.pinned_host_bytes, d, sizeof(d)), decode,

@@ -264,8 +264,12 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
  * leaves: plan_decode_fit), and
  * whose largest GEMM operand stays below PLAN_OPERAND_ELEMS_LIMIT (the
  * plan's limit and operand_batch_cap say which bound decided).
+ * With req->held_* (a model swap's plan), every batch is charged at least
+ * the arena and the staging held, so the search cannot get under the budget
+ * by carving less of them.
  * When not even one sample fits, returns -ENOSPC with a sentence that names
- * the term that did not fit. */
+ * the term that did not fit (for held buffers: that they are held since
+ * start, and that a larger budget or a restart is the way out). */
 int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t *err);
 
 /* Writes the plan as one JSON object on one line (the keys of the design:
