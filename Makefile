@@ -8,6 +8,7 @@
 #   make deps       installs the Debian packages the build and tests need
 #   make install    the binaries, the unit, the configs and the alert rules under PREFIX (/usr/local)
 #   make deb        build/inferd_<VERSION>_amd64.deb, for `apt install ./build/inferd_*.deb`
+#   make image      the OCI image inferd:<VERSION> from that package: build/image/oci, build/image/inferd_<VERSION>.tar
 #
 # Variables: CUDA_ARCH="90 80" (compute capabilities), NVCC=path or NVCC= to
 # skip CUDA, WERROR= to drop -Werror, FUZZ_SECONDS=60.
@@ -22,7 +23,7 @@
 ifndef INFERD_DEPS_READY
 INSTALL_DEPS ?= tools/install-deps
 GOALS     := $(or $(MAKECMDGOALS),all)
-DEPS_KIND := $(if $(DEPS_PREFIX),,$(if $(filter test demo fuzz deps,$(GOALS)),all,$(if $(filter-out clean cuda-status cuda-gencode,$(GOALS)),build)))
+DEPS_KIND := $(if $(DEPS_PREFIX),,$(if $(filter test demo fuzz deps,$(GOALS)),all,$(if $(filter image,$(GOALS)),image,$(if $(filter-out clean cuda-status cuda-gencode,$(GOALS)),build))))
 .PHONY: $(GOALS)
 $(firstword $(GOALS)):
 	@$(if $(DEPS_KIND),$(INSTALL_DEPS) $(DEPS_KIND))
@@ -148,7 +149,7 @@ PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 SCRIPTS  := tools/inferd-cutover
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
-.PHONY: all engine test unit demo fuzz deps clean install deb cuda-status cuda-gencode
+.PHONY: all engine test unit demo fuzz deps clean install deb image cuda-status cuda-gencode
 all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 engine: cuda-status $(ENGINE_PROGRAMS)
 
@@ -268,6 +269,21 @@ deb: all
 	$(MAKE) --no-print-directory -s install DESTDIR=$(abspath $(BUILD))/deb/debian/inferd PREFIX=/usr SYSCONFDIR=/etc \
 		UNITDIR=/lib/systemd/system >/dev/null
 	packaging/deb/build $(BUILD)/deb $(VERSION) $(DEB_ARCH) $(BUILD)/inferd_$(VERSION)_$(DEB_ARCH).deb
+
+# The OCI image (packaging/image/build: mmdebstrap, umoci, skopeo; no
+# registry). It installs the package that `make deb` makes. A CUDA build
+# brings the libcublasLt.so.N it linked into the image; a build against
+# cuBLASLt's link stub (CI: tools/fetch-cublas) cannot run a GEMM anywhere, so
+# there the image gets a CPU-only package instead, built apart in
+# $(IMAGE_DIR)/cpu (NVCC=), and says so: its label io.inferd.cublaslt is "none".
+IMAGE_DIR := $(BUILD)/image
+IMAGE_DEB := $(if $(CUBLAS_STUB),$(IMAGE_DIR)/cpu,$(BUILD))/inferd_$(VERSION)_$(DEB_ARCH).deb
+image: $(if $(CUBLAS_STUB),,deb)
+ifneq ($(CUBLAS_STUB),)
+	@echo "image: cuBLASLt here is the link stub ($(CUBLAS_STUB)): the image gets a CPU-only build ($(IMAGE_DIR)/cpu)"
+	$(MAKE) --no-print-directory BUILD=$(IMAGE_DIR)/cpu NVCC= deb
+endif
+	packaging/image/build $(IMAGE_DEB) $(VERSION) $(IMAGE_DIR) $(if $(and $(NVCC),$(if $(CUBLAS_STUB),,x)),$(CUBLAS_LIB))
 
 clean:
 	rm -rf $(BUILD)
