@@ -1159,6 +1159,13 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
                 /* Ready: started, consuming, neither reloading nor draining
                  * nor stopping on a failure. */
                 state = d->exit_status ? "stopping" : daemon_state(d);
+                /* Ready but refused by the brokers: say why. */
+                if (!strcmp(state, "ready") && d->kafka && *kafka_get_auth_error(d->kafka)) {
+                        char why[640];
+
+                        snprintf(why, sizeof(why), "not ready: Kafka %s", kafka_get_auth_error(d->kafka));
+                        return daemon_text(ret, 503, why);
+                }
                 return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
         }
         return daemon_text(ret, 404, "not found: GET /metrics or /healthz");

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "daemon/kafka_auth.h"
 #include "daemon/log.h"
 
 /* The metrics' view of the input topic's partitions: one entry per
@@ -50,6 +51,7 @@ struct kafka {
         metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
         int error_codes[KAFKA_ERROR_KINDS_MAX];
         size_t n_errors;
+        kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -104,11 +106,15 @@ static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t 
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
         (void)rk;
+        /* kafka_auth says it once, with the broker and the mechanism. */
+        if (kafka_auth_is_repeat(fac, buf) && level < LOG_DEBUG)
+                level = LOG_DEBUG;
         log_full(level, "librdkafka %s: %s", fac, buf);
 }
 
 /* Counts an error under its librdkafka name, lower-cased and without the
- * leading '_' of client-side errors ("_TRANSPORT" -> "transport"). */
+ * leading '_' of client-side errors ("_TRANSPORT" -> "transport"); TLS and
+ * SASL failures as "tls" and "auth". */
 static void kafka_count_error(kafka_t *k, int err) {
         const char *name;
         char *label;
@@ -121,7 +127,7 @@ static void kafka_count_error(kafka_t *k, int err) {
                 }
         if (i == KAFKA_ERROR_KINDS_MAX)
                 return;
-        name = rd_kafka_err2name(err);
+        name = kafka_auth_kind(err) ? kafka_auth_kind(err) : rd_kafka_err2name(err);
         while (*name == '_')
                 name++;
         label = strdup(name);
@@ -146,6 +152,10 @@ static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *op
                         k->cb.fatal(k->userdata, fatal);
                 return;
         }
+        if (kafka_auth_kind(err)) {
+                kafka_auth_on_error(&k->auth, rk, err, reason);
+                return;
+        }
         /* Broker outages come here and recover by themselves. */
         log_warning("Kafka error (%s): %s", rd_kafka_err2name(err), reason);
 }
@@ -154,6 +164,8 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         kafka_t *k = opaque;
 
         (void)rk;
+        if (!m->err)
+                kafka_auth_clear(&k->auth);
         if (k->cb.delivered)
                 k->cb.delivered(k->userdata, m);
 }
@@ -260,6 +272,10 @@ size_t kafka_get_lag(const kafka_t *k, metrics_lag_t *out, size_t max, int64_t n
         return n;
 }
 
+const char *kafka_get_auth_error(const kafka_t *k) {
+        return kafka_auth_reason(&k->auth);
+}
+
 int kafka_get_assigned(const kafka_t *k) {
         int n = 0;
 
@@ -298,6 +314,7 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         break;
                 }
                 kafka_parts_assigned(k, parts, true);
+                kafka_auth_clear(&k->auth);
                 if (k->cb.assigned)
                         k->cb.assigned(k->userdata, parts);
                 /* Set the pause state either way: librdkafka keeps a

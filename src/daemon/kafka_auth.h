@@ -1,0 +1,47 @@
+/* kafka_auth: what the daemon does when a broker refuses its TLS handshake
+ * (unknown CA, wrong host name, expired certificate) or its SASL
+ * authentication (a wrong password): librdkafka retries by itself at its
+ * reconnect backoff, so this only has to say so clearly and once.
+ *
+ * One log line per broker and kind until the connection works again (a
+ * partition assignment or a delivered record clears it), naming the
+ * broker, security.protocol and sasl.mechanism, and librdkafka's reason;
+ * librdkafka's own repeated FAIL lines for the same failure go to debug.
+ * The last reason is kept for /healthz. librdkafka's reasons never hold a
+ * password.
+ *
+ * Not here: counting (kafka.c counts every error by kind, with "auth" and
+ * "tls" from kafka_auth_kind). */
+#ifndef INFERD_KAFKA_AUTH_H
+#define INFERD_KAFKA_AUTH_H
+
+#include <stdbool.h>
+
+#include <librdkafka/rdkafka.h>
+
+#define KAFKA_AUTH_BROKERS_MAX 16
+
+typedef struct kafka_auth {
+        char reason[512];               /* the last failure's log line; "" = none since the last success */
+        char logged[KAFKA_AUTH_BROKERS_MAX][128];       /* "<kind> <broker>" already logged */
+        unsigned n_logged;
+} kafka_auth_t;
+
+/* "auth" for a SASL failure, "tls" for a TLS one, NULL for anything else. */
+const char *kafka_auth_kind(int err);
+
+/* An error_cb error of kind kafka_auth_kind(err) (not NULL): logs it the
+ * first time for its broker, and keeps it for kafka_auth_reason. */
+void kafka_auth_on_error(kafka_auth_t *a, rd_kafka_t *rk, int err, const char *reason);
+
+/* Whether librdkafka's log line (facility, text) repeats a failure that
+ * kafka_auth_on_error reports. */
+bool kafka_auth_is_repeat(const char *fac, const char *buf);
+
+/* The connection works: the next failure is logged again. */
+void kafka_auth_clear(kafka_auth_t *a);
+
+/* The last failure ("" when none since the last success). */
+const char *kafka_auth_reason(const kafka_auth_t *a);
+
+#endif
