@@ -356,6 +356,18 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
         }
 }
 
+/* ssl.certificate.verify_cb, on librdkafka's threads: see kafka_auth_verify. */
+static int kafka_verify_cb(rd_kafka_t *rk, const char *broker_name, int32_t broker_id, int *x509_error, int depth,
+                           const char *buf, size_t size, char *errstr, size_t errstr_size, void *opaque) {
+        kafka_t *k = opaque;
+
+        (void)rk;
+        (void)broker_id;
+        (void)buf;
+        (void)size;
+        return kafka_auth_verify(&k->auth, broker_name, depth, x509_error, errstr, errstr_size);
+}
+
 static int kafka_new_handle(kafka_t *k, rd_kafka_type_t type, rd_kafka_conf_t *conf, rd_kafka_t **ret,
                             errbuf_t *err) {
         char why[512];
@@ -364,6 +376,9 @@ static int kafka_new_handle(kafka_t *k, rd_kafka_type_t type, rd_kafka_conf_t *c
         rd_kafka_conf_set_opaque(conf, k);
         rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
         rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
+        /* The reason of a refused certificate; RD_KAFKA_CONF_INVALID only
+         * for a librdkafka built without SSL, where it cannot matter. */
+        (void)rd_kafka_conf_set_ssl_cert_verify_cb(conf, kafka_verify_cb);
         rk = rd_kafka_new(type, conf, why, sizeof(why));
         if (!rk) {
                 rd_kafka_conf_destroy(conf);
@@ -476,6 +491,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         if (!k)
                 return -ENOMEM;
         k->consumer_fd = k->producer_fd = -1;
+        kafka_auth_init(&k->auth);
         k->cfg = c;
         k->cb = *cb;
         k->userdata = userdata;
@@ -541,6 +557,7 @@ void kafka_free(kafka_t *k) {
         for (size_t i = 0; i < k->n_errors; i++)
                 free((char *)k->errors[i].label);
         free(k->parts);
+        kafka_auth_done(&k->auth);
         free(k);
 }
 

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <openssl/x509.h>
+
 #include "daemon/log.h"
 
 const char *kafka_auth_kind(int err) {
@@ -58,6 +60,15 @@ void kafka_auth_on_error(kafka_auth_t *a, rd_kafka_t *rk, int err, const char *r
                 snprintf(a->reason, sizeof(a->reason),
                          "SASL authentication to %s failed (security.protocol %s, sasl.mechanism %s): %s", broker,
                          protocol, mechanism, why);
+        /* OpenSSL's own reason, when the certificate was refused. */
+        pthread_mutex_lock(&a->verify_lock);
+        if (strcmp(kind, "tls") == 0 && a->verify[0]) {
+                size_t n = strlen(a->reason);
+
+                snprintf(a->reason + n, sizeof(a->reason) - n, " (OpenSSL: %s)", a->verify);
+                a->verify[0] = '\0';
+        }
+        pthread_mutex_unlock(&a->verify_lock);
         snprintf(key, sizeof(key), "%s %s", kind, broker);
         for (i = 0; i < a->n_logged; i++)
                 if (strcmp(a->logged[i], key) == 0)
@@ -68,9 +79,11 @@ void kafka_auth_on_error(kafka_auth_t *a, rd_kafka_t *rk, int err, const char *r
 }
 
 bool kafka_auth_is_repeat(const char *fac, const char *buf) {
-        return strcmp(fac, "FAIL") == 0 &&
-               (strstr(buf, "SSL handshake failed") || strstr(buf, "SASL authentication error") ||
-                strstr(buf, "SASL SCRAM") || strstr(buf, "Authentication failed"));
+        /* SSLCERTVRFY: the verify callback's own refusal, once a try. */
+        return strcmp(fac, "SSLCERTVRFY") == 0 ||
+               (strcmp(fac, "FAIL") == 0 &&
+                (strstr(buf, "SSL handshake failed") || strstr(buf, "SASL authentication error") ||
+                 strstr(buf, "SASL SCRAM") || strstr(buf, "Authentication failed")));
 }
 
 void kafka_auth_clear(kafka_auth_t *a) {
@@ -80,4 +93,26 @@ void kafka_auth_clear(kafka_auth_t *a) {
 
 const char *kafka_auth_reason(const kafka_auth_t *a) {
         return a->reason;
+}
+
+int kafka_auth_verify(kafka_auth_t *a, const char *broker_name, int depth, const int *x509_error, char *errstr,
+                      size_t errstr_size) {
+        /* OpenSSL's verdict, unchanged (the host name check included). */
+        if (*x509_error == 0)
+                return 1;
+        snprintf(errstr, errstr_size, "%s's certificate (chain depth %d): %s", broker_name, depth,
+                 X509_verify_cert_error_string(*x509_error));
+        pthread_mutex_lock(&a->verify_lock);
+        snprintf(a->verify, sizeof(a->verify), "%s", X509_verify_cert_error_string(*x509_error));
+        pthread_mutex_unlock(&a->verify_lock);
+        return 0;
+}
+
+void kafka_auth_init(kafka_auth_t *a) {
+        *a = (kafka_auth_t){};
+        pthread_mutex_init(&a->verify_lock, NULL);
+}
+
+void kafka_auth_done(kafka_auth_t *a) {
+        pthread_mutex_destroy(&a->verify_lock);
 }
