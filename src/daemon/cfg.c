@@ -542,33 +542,6 @@ static cfg_kv_list_t *cfg_passthrough_list(cfg_t *c, const char *section) {
         return NULL;
 }
 
-/* [metrics]: the TLS pair comes together, and the files it names can be
- * read now (at start, --check-config and reload alike), so that a missing
- * key file is named before anything starts. */
-static int cfg_check_metrics(const cfg_t *c, errbuf_t *err) {
-        static const struct {
-                const char *key;
-                size_t offset;
-        } files[] = {
-                { "tls_cert", offsetof(cfg_t, metrics.tls_cert) },
-                { "tls_key", offsetof(cfg_t, metrics.tls_key) },
-                { "basic_auth_users", offsetof(cfg_t, metrics.basic_auth_users) },
-        };
-        int r;
-
-        if (!c->metrics.tls_cert[0] != !c->metrics.tls_key[0])
-                return errbuf_set(err, -EINVAL, "%s: [metrics] %s: required with %s (HTTPS needs both)", c->path,
-                                  c->metrics.tls_cert[0] ? "tls_key" : "tls_cert",
-                                  c->metrics.tls_cert[0] ? "tls_cert" : "tls_key");
-        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-                const char *p = (const char *)c + files[i].offset;
-
-                if (*p && (r = cfg_check_readable(p, err)) < 0)
-                        return errbuf_prefix(err, r, "%s: [metrics] %s", c->path, files[i].key);
-        }
-        return 0;
-}
-
 int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
         bool seen[CFG_NKEYS] = { false };
         dictionary *d = NULL;
@@ -670,7 +643,7 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                                        cfg_keys[i].section, cfg_keys[i].name);
                         goto fail;
                 }
-        r = cfg_check_metrics(c, err);
+        r = cfg_check_files(c, err);
         if (r < 0)
                 goto fail;
 

@@ -203,6 +203,11 @@ int cfg_check_readable(const char *path, errbuf_t *err);
  * *value is malloc'd. Errors leave a sentence that never holds the value. */
 int cfg_resolve_passthrough(const char *name, const char *written, char **value, errbuf_t *err);
 
+/* The files the table's keys name that must be readable at load ([metrics]
+ * tls_cert, tls_key, basic_auth_users), and the TLS pair given together.
+ * -errno with "<path>: [metrics] <key>: cannot read '<file>': <reason>". */
+int cfg_check_files(const cfg_t *c, errbuf_t *err);
+
 /* Secrets that others than the owner and the group can read: a plain-text
  * secret key in a world-readable config file, or a world-readable file:,
  * credential: or [metrics] tls_key file. Fills up to max warning sentences

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,33 @@ int cfg_resolve_passthrough(const char *name, const char *written, char **value,
                 return *value ? 0 : -ENOMEM;
         }
         return cfg_read_file_text(path, value, err);
+}
+
+/* [metrics]: the TLS pair comes together, and the files it names can be
+ * read now (at start, --check-config and reload alike), so that a missing
+ * key file is named before anything starts. */
+int cfg_check_files(const cfg_t *c, errbuf_t *err) {
+        static const struct {
+                const char *key;
+                size_t offset;
+        } files[] = {
+                { "tls_cert", offsetof(cfg_t, metrics.tls_cert) },
+                { "tls_key", offsetof(cfg_t, metrics.tls_key) },
+                { "basic_auth_users", offsetof(cfg_t, metrics.basic_auth_users) },
+        };
+        int r;
+
+        if (!c->metrics.tls_cert[0] != !c->metrics.tls_key[0])
+                return errbuf_set(err, -EINVAL, "%s: [metrics] %s: required with %s (HTTPS needs both)", c->path,
+                                  c->metrics.tls_cert[0] ? "tls_key" : "tls_cert",
+                                  c->metrics.tls_cert[0] ? "tls_cert" : "tls_key");
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+                const char *p = (const char *)c + files[i].offset;
+
+                if (*p && (r = cfg_check_readable(p, err)) < 0)
+                        return errbuf_prefix(err, r, "%s: [metrics] %s", c->path, files[i].key);
+        }
+        return 0;
 }
 
 /* "others than the owner and the service's group": the world bits. */
