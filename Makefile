@@ -45,7 +45,7 @@ VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
 CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng libdeflate
-DAEMON_PKGS := rdkafka libsystemd libmicrohttpd
+DAEMON_PKGS := rdkafka libsystemd libmicrohttpd libxcrypt
 # Set DEPS_PREFIX to a folder of unpacked .deb files (tools/gpu-check) to build
 # the engine where these Debian packages are not installed.
 ifdef DEPS_PREFIX

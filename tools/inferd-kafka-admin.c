@@ -8,6 +8,11 @@
  *       one line per partition: PARTITION COMMITTED END, the group's committed
  *       offset (-1 for none) and the partition's high watermark
  *
+ * Before -b, `-c FILE` takes the security settings ([kafka.client] and
+ * [kafka.consumer]) of an instance's config, and `-X KEY=VALUE` (as kcat's)
+ * sets any librdkafka property, after the config's; a secured cluster is
+ * then reachable too. Without -b, the config's [kafka] brokers.
+ *
  * tools/kafka-cluster calls it when it is built (and falls back on Kafka's
  * own TopicCommand when it is not). It is a test tool: it never deletes or
  * alters anything. Exit status: 0 on success, 1 on a Kafka error, 2 for bad
@@ -20,19 +25,44 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "daemon/cfg.h"
+
 #define ADMIN_TIMEOUT_MS 30000
 
 static int usage(void) {
-        fprintf(stderr, "usage: inferd-kafka-admin -b BROKERS create NAME:PARTITIONS:RF[:KEY=VALUE...]...\n"
-                        "       inferd-kafka-admin -b BROKERS offsets GROUP TOPIC\n");
+        fprintf(stderr, "usage: inferd-kafka-admin [-c FILE] [-X KEY=VALUE]... [-b BROKERS] create NAME:PARTITIONS:RF[:KEY=VALUE...]...\n"
+                        "       inferd-kafka-admin [-c FILE] [-X KEY=VALUE]... [-b BROKERS] offsets GROUP TOPIC\n");
         return 2;
 }
 
+/* -c FILE and -X KEY=VALUE, for every client made. */
+static const cfg_t *admin_cfg;
+static char **admin_props;
+static int admin_n_props;
+
 static rd_kafka_t *admin_new(rd_kafka_type_t type, const char *brokers, const char *group) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        char why[512];
+        errbuf_t err = {};
+        char why[512] = "";
         rd_kafka_t *rk;
 
+        if (admin_cfg && cfg_kafka_apply(admin_cfg, 0, conf, &err) < 0) {
+                fprintf(stderr, "inferd-kafka-admin: %s\n", err.msg);
+                rd_kafka_conf_destroy(conf);
+                return NULL;
+        }
+        for (int i = 0; i < admin_n_props; i++) {
+                char *eq = strchr(admin_props[i], '=');
+
+                *eq = '\0';
+                if (rd_kafka_conf_set(conf, admin_props[i], eq + 1, why, sizeof(why)) != RD_KAFKA_CONF_OK) {
+                        fprintf(stderr, "inferd-kafka-admin: -X %s: %s\n", admin_props[i], why);
+                        *eq = '=';
+                        rd_kafka_conf_destroy(conf);
+                        return NULL;
+                }
+                *eq = '=';
+        }
         if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, why, sizeof(why)) != RD_KAFKA_CONF_OK ||
             (group && rd_kafka_conf_set(conf, "group.id", group, why, sizeof(why)) != RD_KAFKA_CONF_OK)) {
                 fprintf(stderr, "inferd-kafka-admin: %s\n", why);
@@ -180,11 +210,39 @@ out:
 }
 
 int main(int argc, char **argv) {
-        if (argc < 4 || strcmp(argv[1], "-b") != 0)
-                return usage();
-        if (strcmp(argv[3], "create") == 0 && argc > 4)
-                return cmd_create(argv[2], argc - 4, argv + 4);
-        if (strcmp(argv[3], "offsets") == 0 && argc == 6)
-                return cmd_offsets(argv[2], argv[4], argv[5]);
-        return usage();
+        const char *brokers = NULL;
+        cfg_t *c = NULL;
+        errbuf_t err = {};
+        int i = 1, r;
+
+        admin_props = calloc((size_t)argc, sizeof(*admin_props));
+        if (!admin_props)
+                return 1;
+        for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
+                if (strcmp(argv[i], "-b") == 0)
+                        brokers = argv[i + 1];
+                else if (strcmp(argv[i], "-X") == 0 && strchr(argv[i + 1], '=') && argv[i + 1][0] != '=')
+                        admin_props[admin_n_props++] = argv[i + 1];
+                else if (strcmp(argv[i], "-c") == 0 && !c) {
+                        if (cfg_load(&c, argv[i + 1], &err) < 0) {
+                                fprintf(stderr, "inferd-kafka-admin: %s\n", err.msg);
+                                return 2;
+                        }
+                        admin_cfg = c;
+                } else
+                        return usage();
+        }
+        if (!brokers && c)
+                brokers = c->kafka.brokers;
+        if (!brokers || i >= argc)
+                r = usage();
+        else if (strcmp(argv[i], "create") == 0 && argc > i + 1)
+                r = cmd_create(brokers, argc - i - 1, argv + i + 1);
+        else if (strcmp(argv[i], "offsets") == 0 && argc == i + 3)
+                r = cmd_offsets(brokers, argv[i + 1], argv[i + 2]);
+        else
+                r = usage();
+        cfg_free(c);
+        free(admin_props);
+        return r;
 }

@@ -40,6 +40,7 @@
 #include <turbojpeg.h>
 
 #include "core/record.h"
+#include "daemon/cfg.h"
 #include "decode/decode.h"
 
 typedef enum produce_kind {
@@ -355,7 +356,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *opa
 
 static void usage(FILE *f) {
         fprintf(f,
-                "usage: inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]\n"
+                "usage: inferd-produce [-c FILE] -b BROKERS -t TOPIC [--count N] [--rate PER_S]\n"
                 "                      [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]\n"
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
@@ -364,7 +365,10 @@ static void usage(FILE *f) {
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
                 "prints a JSON summary. Defaults: --count 100, --format rgb8, --keys rec, --seed 1,\n"
                 "--content-type-header yes, --payload tiles (16x16 blocks of one colour: compressible),\n"
-                "--timeout-s 60, and -X compression.type=zstd.\n");
+                "--timeout-s 60, and -X compression.type=zstd. -c FILE takes an instance config's\n"
+                "[kafka.client] and [kafka.producer] settings (security included; file: and\n"
+                "credential: values resolved) and its [kafka] brokers when -b is not given; -X\n"
+                "options after it override them.\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *ret) {
@@ -549,6 +553,7 @@ int main(int argc, char **argv) {
         };
         produce_opts_t o = { .keys = "rec", .count = 100, .seed = 1, .content_type = CHOICE_YES, .timeout_s = 60 };
         produce_stats_t st = { { 0 } };
+        cfg_t *cfg = NULL;              /* -c FILE; lives to the end (o.brokers may point into it) */
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_t *rk = NULL;
         uint8_t *buf = NULL;
@@ -562,8 +567,21 @@ int main(int argc, char **argv) {
         if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
-        while ((c = getopt_long(argc, argv, "b:t:n:r:f:F:k:s:H:T:P:I:X:h", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:h", opts, NULL)) != -1) {
                 switch (c) {
+                case 'c': {
+                        errbuf_t err = {};
+
+                        cfg_free(cfg);
+                        cfg = NULL;
+                        if (cfg_load(&cfg, optarg, &err) < 0 || cfg_kafka_apply(cfg, 1, conf, &err) < 0) {
+                                fprintf(stderr, "inferd-produce: %s\n", err.msg);
+                                cfg_free(cfg);
+                                rd_kafka_conf_destroy(conf);
+                                return 2;
+                        }
+                        break;
+                }
                 case 'b':
                         o.brokers = optarg;
                         break;
@@ -657,6 +675,8 @@ int main(int argc, char **argv) {
                 rd_kafka_conf_destroy(conf);
                 return 2;
         }
+        if (!o.brokers && cfg)
+                o.brokers = cfg->kafka.brokers;
         if (!o.brokers || !o.topic) {
                 fprintf(stderr, "inferd-produce: -b BROKERS and -t TOPIC are required\n");
                 usage(stderr);
@@ -752,6 +772,7 @@ out:
         free(o.images.kind);
         if (rk)
                 rd_kafka_destroy(rk);
+        cfg_free(cfg);
         return r;
 
 bad_arg:

@@ -290,6 +290,19 @@ int main(int argc, char **argv) {
                         log_error("Failed to load the configuration: %s", err.msg);
                 return 1;
         }
+        if (check || !(print || partitions || plan)) {
+                /* A warning, not an error: the file works, but others can
+                 * read a secret in it (or in a file it names). */
+                errbuf_t warnings[8];
+                size_t n = cfg_find_exposed_secrets(c, warnings, 8);
+
+                for (size_t i = 0; i < n && i < 8; i++) {
+                        if (check)
+                                fprintf(stderr, "inferd: warning: %s\n", warnings[i].msg);
+                        else
+                                log_warning("%s", warnings[i].msg);
+                }
+        }
         if (check) {
                 printf("%s: OK\n", path);
                 cfg_free(c);

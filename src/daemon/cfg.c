@@ -115,6 +115,19 @@ static const cfg_key_t cfg_keys[] = {
         { "metrics", "listen", CFG_T_LISTEN, "127.0.0.1:9464", 0, 0, false, false, F(metrics.listen),
           "Address of the HTTP endpoint (GET /metrics, /healthz), host:port; empty turns it off. Two "
           "instances on one host need different ports (blue 9464, green 9465)." },
+        { "metrics", "tls_cert", CFG_T_PATH, "", 0, 0, false, true, F(metrics.tls_cert),
+          "PEM certificate (chain) of the endpoint: with tls_key, it serves HTTPS only (a plain-HTTP "
+          "request is refused). May be credential:NAME. Read at start: rotate by a restart." },
+        { "metrics", "tls_key", CFG_T_PATH, "", 0, 0, false, true, F(metrics.tls_key),
+          "PEM private key (unencrypted) of tls_cert; keep it readable by the service only (credential:NAME "
+          "suits it)." },
+        { "metrics", "basic_auth_users", CFG_T_PATH, "", 0, 0, false, true, F(metrics.basic_auth_users),
+          "File of user:bcrypt-hash lines (htpasswd -nB, as Prometheus's web config): GET /metrics then needs "
+          "HTTP basic auth (401 otherwise). May be credential:NAME. Use it with TLS: basic auth over plain "
+          "HTTP sends the password in clear." },
+        { "metrics", "auth_healthz", CFG_T_BOOL, "no", 0, 0, false, false, F(metrics.auth_healthz),
+          "yes: /healthz needs basic auth too; no leaves it open for load balancers (it tells only "
+          "whether the daemon is ready, and why not)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
           "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
@@ -130,6 +143,7 @@ static const cfg_key_t cfg_keys[] = {
 
 static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
                                              "metrics", "decode" };
+#define CFG_SECTION_CLIENT "kafka.client"
 #define CFG_SECTION_CONSUMER "kafka.consumer"
 #define CFG_SECTION_PRODUCER "kafka.producer"
 
@@ -256,6 +270,9 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 if (k->type == CFG_T_TOPIC && !cfg_topic_valid(v))
                         return errbuf_set(err, -EINVAL,
                                           "'%s' is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", v);
+                /* A path may name a systemd credential (or say file:PATH). */
+                if (k->type == CFG_T_PATH && cfg_value_is_reference(v))
+                        return cfg_reference_path(v, field, k->size, err);
                 strcpy(field, v);
                 return 0;
 
@@ -399,33 +416,46 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
 static void cfg_kv_list_clear(cfg_kv_list_t *l) {
         for (size_t i = 0; i < l->n; i++) {
                 free(l->items[i].name);
+                if (l->items[i].value)
+                        explicit_bzero(l->items[i].value, strlen(l->items[i].value));
                 free(l->items[i].value);
+                free(l->items[i].written);
         }
         free(l->items);
         l->items = NULL;
         l->n = 0;
 }
 
-static int cfg_kv_list_add(cfg_kv_list_t *l, const char *name, const char *value) {
+/* Adds name = written, resolving file:/credential: (cfg_resolve_passthrough).
+ * A key written twice keeps its last value, where it first stood. */
+static int cfg_kv_list_add(cfg_kv_list_t *l, const char *name, const char *written, errbuf_t *err) {
         cfg_kv_t *items = realloc(l->items, (l->n + 1) * sizeof(*items));
+        cfg_kv_t kv = {};
+        int r;
 
         if (!items)
                 return -ENOMEM;
         l->items = items;
-        items[l->n].name = strdup(name);
-        items[l->n].value = strdup(value);
-        if (!items[l->n].name || !items[l->n].value) {
-                free(items[l->n].name);
-                free(items[l->n].value);
+        r = cfg_resolve_passthrough(name, written, &kv.value, err);
+        if (r < 0)
+                return r;
+        kv.name = strdup(name);
+        if (cfg_value_is_reference(written))
+                kv.written = strdup(written);
+        if (!kv.name || (cfg_value_is_reference(written) && !kv.written)) {
+                free(kv.name);
+                free(kv.value);
+                free(kv.written);
                 return -ENOMEM;
         }
-        l->n++;
+        items[l->n++] = kv;
         return 0;
 }
 
 void cfg_free(cfg_t *c) {
         if (!c)
                 return;
+        cfg_kv_list_clear(&c->kafka_client);
         cfg_kv_list_clear(&c->kafka_consumer);
         cfg_kv_list_clear(&c->kafka_producer);
         free(c);
@@ -490,11 +520,26 @@ static const char *cfg_ini_error_text(const char *path) {
 }
 
 static int cfg_check_passthrough(const char *path, const char *section, const char *name, errbuf_t *err) {
+        /* [kafka.client] reaches both clients: the keys of either are reserved. */
+        bool client = strcmp(section, CFG_SECTION_CLIENT) == 0;
+
         for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
-                if (strcmp(cfg_reserved[i].section, section) == 0 && strcmp(cfg_reserved[i].name, name) == 0)
+                if ((client || strcmp(cfg_reserved[i].section, section) == 0) &&
+                    strcmp(cfg_reserved[i].name, name) == 0)
                         return errbuf_set(err, -EINVAL, "%s: [%s] %s: may not be set here: %s", path, section,
                                           name, cfg_reserved[i].why);
         return 0;
+}
+
+/* The passthrough list of section, or NULL when it is not one. */
+static cfg_kv_list_t *cfg_passthrough_list(cfg_t *c, const char *section) {
+        if (strcmp(section, CFG_SECTION_CLIENT) == 0)
+                return &c->kafka_client;
+        if (strcmp(section, CFG_SECTION_CONSUMER) == 0)
+                return &c->kafka_consumer;
+        if (strcmp(section, CFG_SECTION_PRODUCER) == 0)
+                return &c->kafka_producer;
+        return NULL;
 }
 
 int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
@@ -546,8 +591,7 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                         continue;
                 colon = strchr(entry, ':');
                 if (!colon) {
-                        if (!cfg_is_section(entry) && strcmp(entry, CFG_SECTION_CONSUMER) != 0 &&
-                            strcmp(entry, CFG_SECTION_PRODUCER) != 0) {
+                        if (!cfg_is_section(entry) && !cfg_passthrough_list(c, entry)) {
                                 r = errbuf_set(err, -EINVAL, "%s: [%s]: unknown section", path, entry);
                                 goto fail;
                         }
@@ -567,15 +611,15 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                 if (!value)
                         value = "";
 
-                if (strcmp(section, CFG_SECTION_CONSUMER) == 0 || strcmp(section, CFG_SECTION_PRODUCER) == 0) {
+                if (cfg_passthrough_list(c, section)) {
                         r = cfg_check_passthrough(path, section, name, err);
                         if (r < 0)
                                 goto fail;
-                        r = cfg_kv_list_add(strcmp(section, CFG_SECTION_CONSUMER) == 0 ? &c->kafka_consumer
-                                                                                        : &c->kafka_producer,
-                                            name, value);
-                        if (r < 0) {
+                        r = cfg_kv_list_add(cfg_passthrough_list(c, section), name, value, err);
+                        if (r == -ENOMEM)
                                 errbuf_set(err, r, "%s: out of memory", path);
+                        if (r < 0) {
+                                errbuf_prefix(err, r, "%s: [%s] %s", path, section, name);
                                 goto fail;
                         }
                         continue;
@@ -599,6 +643,9 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                                        cfg_keys[i].section, cfg_keys[i].name);
                         goto fail;
                 }
+        r = cfg_check_files(c, err);
+        if (r < 0)
+                goto fail;
 
         iniparser_freedict(d);
         *ret = c;
@@ -657,24 +704,39 @@ int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t m
                            cfg_format_value(&cfg_keys[i], new, b, sizeof(b))) != 0)
                         cfg_add_change(changes, max, n, cfg_keys[i].section, cfg_keys[i].name, cfg_keys[i].live);
         }
+        cfg_diff_kv(CFG_SECTION_CLIENT, &old->kafka_client, &new->kafka_client, changes, max, n);
         cfg_diff_kv(CFG_SECTION_CONSUMER, &old->kafka_consumer, &new->kafka_consumer, changes, max, n);
         cfg_diff_kv(CFG_SECTION_PRODUCER, &old->kafka_producer, &new->kafka_producer, changes, max, n);
         return 0;
 }
 
-int cfg_kafka_apply(const cfg_t *c, int producer, rd_kafka_conf_t *conf, errbuf_t *err) {
-        const cfg_kv_list_t *l = producer ? &c->kafka_producer : &c->kafka_consumer;
-        const char *section = producer ? CFG_SECTION_PRODUCER : CFG_SECTION_CONSUMER;
+static int cfg_kafka_apply_list(const cfg_t *c, const char *section, const cfg_kv_list_t *l, rd_kafka_conf_t *conf,
+                                errbuf_t *err) {
         char errstr[512];
 
         for (size_t i = 0; i < l->n; i++) {
+                const cfg_kv_t *kv = &l->items[i];
+
                 errstr[0] = '\0';
-                if (rd_kafka_conf_set(conf, l->items[i].name, l->items[i].value, errstr, sizeof(errstr)) !=
-                    RD_KAFKA_CONF_OK)
-                        return errbuf_set(err, -EINVAL, "%s: [%s] %s: %s", cfg_where(c->path), section,
-                                          l->items[i].name, errstr[0] ? errstr : "refused by librdkafka");
+                if (rd_kafka_conf_set(conf, kv->name, kv->value, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK)
+                        continue;
+                /* librdkafka's sentence may quote the value: never a secret's. */
+                if (cfg_key_is_secret(kv->name) && *kv->value && strstr(errstr, kv->value))
+                        snprintf(errstr, sizeof(errstr), "the value is refused by librdkafka");
+                return errbuf_set(err, -EINVAL, "%s: [%s] %s: %s", cfg_where(c->path), section, kv->name,
+                                  errstr[0] ? errstr : "refused by librdkafka");
         }
         return 0;
+}
+
+int cfg_kafka_apply(const cfg_t *c, int producer, rd_kafka_conf_t *conf, errbuf_t *err) {
+        int r;
+
+        r = cfg_kafka_apply_list(c, CFG_SECTION_CLIENT, &c->kafka_client, conf, err);
+        if (r < 0)
+                return r;
+        return cfg_kafka_apply_list(c, producer ? CFG_SECTION_PRODUCER : CFG_SECTION_CONSUMER,
+                                    producer ? &c->kafka_producer : &c->kafka_consumer, conf, err);
 }
 
 /* The "range" column of the reference. */
@@ -749,18 +811,47 @@ int cfg_write_reference(FILE *out) {
         }
         fprintf(out,
                 "\n"
-                "## `[kafka.consumer]` and `[kafka.producer]`\n"
+                "## `[kafka.client]`, `[kafka.consumer]` and `[kafka.producer]`\n"
                 "\n"
                 "Every key in these sections is passed verbatim, in file order, to librdkafka's\n"
-                "consumer or producer configuration (see librdkafka's CONFIGURATION.md). librdkafka\n"
-                "checks them when the daemon starts (and `inferd --check-config` does too); its error\n"
-                "text is reported with the file, the section and the key. They are never live: a\n"
-                "change needs a restart. inferd sets these itself, and a file may not:\n"
+                "configuration (see librdkafka's CONFIGURATION.md): `[kafka.client]` to every client\n"
+                "inferd makes (the consumer, the producer, the metadata client of\n"
+                "`inferd --topic-partitions`, and the tools that read the instance's config), then\n"
+                "`[kafka.consumer]` or `[kafka.producer]`, which override it per client. Security\n"
+                "settings (`security.protocol`, `ssl.*`, `sasl.*`) belong in `[kafka.client]`.\n"
+                "librdkafka checks them when the daemon starts (and `inferd --check-config` does too);\n"
+                "its error text is reported with the file, the section and the key. They are never\n"
+                "live: a change needs a restart.\n"
+                "\n"
+                "Any value may be written `file:PATH` (the file's content, its trailing newline\n"
+                "removed) or `credential:NAME` (the file `NAME` in `$CREDENTIALS_DIRECTORY`, which\n"
+                "systemd's `LoadCredential=` or `LoadCredentialEncrypted=` fills). A key that names a\n"
+                "file for librdkafka (`*.location`) gets the path instead of the content, and the file\n"
+                "must be readable when the config is loaded. A missing or unreadable file is an error\n"
+                "naming the file and the key, at start, on `--check-config` and on reload (which then\n"
+                "keeps the running config). Secret keys (`sasl.password`, `ssl.key.password`, any\n"
+                "`*password*` or `*secret*`, `ssl.key.pem`) are shown as `(secret)` by\n"
+                "`inferd --print-config`, and `inferd --check-config` warns when one is written in\n"
+                "plain text in a file that every user can read. inferd sets these itself, and a file\n"
+                "may not (in `[kafka.client]`, none of them):\n"
                 "\n");
         for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
                 fprintf(out, "- `[%s]` `%s`: %s.\n", cfg_reserved[i].section, cfg_reserved[i].name,
                         cfg_reserved[i].why);
         return ferror(out) ? -EIO : 0;
+}
+
+/* One passthrough section as INI: a secret as "(secret)", a file: or
+ * credential: value as written. */
+static void cfg_write_kv(FILE *out, const char *section, const cfg_kv_list_t *l) {
+        if (l->n)
+                fprintf(out, "\n[%s]\n", section);
+        for (size_t i = 0; i < l->n; i++) {
+                const cfg_kv_t *kv = &l->items[i];
+
+                fprintf(out, "%s = \"%s\"\n", kv->name,
+                        cfg_key_is_secret(kv->name) ? "(secret)" : kv->written ? kv->written : kv->value);
+        }
 }
 
 int cfg_write_ini(const cfg_t *c, FILE *out) {
@@ -776,13 +867,8 @@ int cfg_write_ini(const cfg_t *c, FILE *out) {
                 }
                 fprintf(out, "%s = %s\n", k->name, cfg_format_value(k, c, buf, sizeof(buf)));
         }
-        if (c->kafka_consumer.n)
-                fprintf(out, "\n[%s]\n", CFG_SECTION_CONSUMER);
-        for (size_t i = 0; i < c->kafka_consumer.n; i++)
-                fprintf(out, "%s = \"%s\"\n", c->kafka_consumer.items[i].name, c->kafka_consumer.items[i].value);
-        if (c->kafka_producer.n)
-                fprintf(out, "\n[%s]\n", CFG_SECTION_PRODUCER);
-        for (size_t i = 0; i < c->kafka_producer.n; i++)
-                fprintf(out, "%s = \"%s\"\n", c->kafka_producer.items[i].name, c->kafka_producer.items[i].value);
+        cfg_write_kv(out, CFG_SECTION_CLIENT, &c->kafka_client);
+        cfg_write_kv(out, CFG_SECTION_CONSUMER, &c->kafka_consumer);
+        cfg_write_kv(out, CFG_SECTION_PRODUCER, &c->kafka_producer);
         return ferror(out) ? -EIO : 0;
 }

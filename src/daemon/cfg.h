@@ -7,9 +7,13 @@
  * and the key: "/etc/inferd/blue.ini: [memory] gpu_budget: '170%' is not a
  * size or a percentage in (0, 100]".
  *
- * [kafka.consumer] and [kafka.producer] are not in the table: their keys are
- * kept verbatim, in file order, and validated only when cfg_kafka_apply()
- * hands them to librdkafka, whose own error text is surfaced.
+ * [kafka.client], [kafka.consumer] and [kafka.producer] are not in the
+ * table: their keys are kept verbatim, in file order, and validated only when
+ * cfg_kafka_apply() hands them to librdkafka, whose own error text is
+ * surfaced. [kafka.client] goes to every client, then the client's own
+ * section overrides it. Any of their values may be `file:PATH` or
+ * `credential:NAME` (cfg_secret.c), resolved by cfg_load; a secret key's
+ * value is never written out (cfg_write_ini prints "(secret)").
  *
  * This module reads and checks a file; it does not log, resolve "auto"
  * (backend, precision), measure devices, or decide what a reload does: the
@@ -45,7 +49,8 @@ typedef enum cfg_delivery {
 
 typedef struct cfg_kv {
         char *name;                     /* owned */
-        char *value;                    /* owned */
+        char *value;                    /* owned; file:/credential: already resolved */
+        char *written;                  /* owned; the file:/credential: text as written, NULL for a plain value */
 } cfg_kv_t;
 
 typedef struct cfg_kv_list {
@@ -72,6 +77,7 @@ typedef struct cfg {
                 cfg_delivery_t delivery;
                 int transaction_max_ms; /* exactly-once: how long one transaction may gather batches */
         } kafka;
+        cfg_kv_list_t kafka_client;     /* [kafka.client], verbatim: every client */
         cfg_kv_list_t kafka_consumer;   /* [kafka.consumer], verbatim */
         cfg_kv_list_t kafka_producer;   /* [kafka.producer], verbatim */
 
@@ -107,6 +113,10 @@ typedef struct cfg {
 
         struct {
                 char listen[256];       /* host:port; "" = no metrics endpoint */
+                char tls_cert[PATH_MAX];        /* PEM; "" = plain HTTP (with tls_key) */
+                char tls_key[PATH_MAX];         /* PEM, unencrypted */
+                char basic_auth_users[PATH_MAX];        /* user:bcrypt lines; "" = no auth */
+                bool auth_healthz;      /* basic auth on /healthz too */
         } metrics;
 
         struct {
@@ -155,10 +165,54 @@ int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t m
  * the passthrough sections. */
 bool cfg_key_is_live(const char *section, const char *key);
 
-/* Applies [kafka.consumer] (producer == 0) or [kafka.producer] (producer != 0)
+/* Applies [kafka.client] and then [kafka.consumer] (producer == 0) or [kafka.producer] (producer != 0)
  * to conf with rd_kafka_conf_set, in file order. A key librdkafka refuses
  * gives -EINVAL and "<path>: [kafka.consumer] <key>: <librdkafka's text>". */
 int cfg_kafka_apply(const cfg_t *c, int producer, rd_kafka_conf_t *conf, errbuf_t *err);
+
+/* --- cfg_secret.c ------------------------------------------------------------ */
+
+/* Whether a librdkafka key holds a secret (sasl.password, ssl.key.password,
+ * ...): its value is never printed. */
+bool cfg_key_is_secret(const char *name);
+
+/* Whether a librdkafka key names a file (ssl.ca.location, ...): file: and
+ * credential: give it the path, not the content. */
+bool cfg_key_is_location(const char *name);
+
+/* Whether value is written `file:PATH` or `credential:NAME`. */
+bool cfg_value_is_reference(const char *value);
+
+/* The file that value names: PATH for file:PATH, $CREDENTIALS_DIRECTORY/NAME
+ * for credential:NAME, value itself otherwise. -EINVAL, -ENOENT (no
+ * $CREDENTIALS_DIRECTORY) or -ENAMETOOLONG with a sentence in err. */
+int cfg_reference_path(const char *value, char *path, size_t len, errbuf_t *err);
+
+/* Reads a regular file of at most 1MiB, without its trailing newline, into
+ * *ret (malloc'd, NUL-terminated; free it). Errors name the path:
+ * "cannot read '<path>': <reason>". */
+int cfg_read_file_text(const char *path, char **ret, errbuf_t *err);
+
+/* 0 when path is a regular file this process can open for reading, else
+ * -errno and "cannot read '<path>': <reason>". */
+int cfg_check_readable(const char *path, errbuf_t *err);
+
+/* The value librdkafka gets for passthrough key name written as written:
+ * the content of a file:/credential: file, or its path for a *.location
+ * key, or written itself (a *.location file is checked to be readable).
+ * *value is malloc'd. Errors leave a sentence that never holds the value. */
+int cfg_resolve_passthrough(const char *name, const char *written, char **value, errbuf_t *err);
+
+/* The files the table's keys name that must be readable at load ([metrics]
+ * tls_cert, tls_key, basic_auth_users), and the TLS pair given together.
+ * -errno with "<path>: [metrics] <key>: cannot read '<file>': <reason>". */
+int cfg_check_files(const cfg_t *c, errbuf_t *err);
+
+/* Secrets that others than the owner and the group can read: a plain-text
+ * secret key in a world-readable config file, or a world-readable file:,
+ * credential: or [metrics] tls_key file. Fills up to max warning sentences
+ * (naming the file, section and key) and returns how many there are. */
+size_t cfg_find_exposed_secrets(const cfg_t *c, errbuf_t *warnings, size_t max);
 
 /* The syslog priority's name ("info") and back; -EINVAL for an unknown name. */
 const char *cfg_log_level_name(int priority);

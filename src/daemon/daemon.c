@@ -1159,6 +1159,13 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
                 /* Ready: started, consuming, neither reloading nor draining
                  * nor stopping on a failure. */
                 state = d->exit_status ? "stopping" : daemon_state(d);
+                /* Ready but refused by the brokers: say why. */
+                if (!strcmp(state, "ready") && d->kafka && *kafka_get_auth_error(d->kafka)) {
+                        char why[640];
+
+                        snprintf(why, sizeof(why), "not ready: Kafka %s", kafka_get_auth_error(d->kafka));
+                        return daemon_text(ret, 503, why);
+                }
                 return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
         }
         return daemon_text(ret, 404, "not found: GET /metrics or /healthz");
@@ -1167,19 +1174,27 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
 /* The endpoint first, before anything slow: a port that cannot be bound
  * stops the start at once, naming the address. */
 static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
+        const httpd_security_t sec = {
+                .tls_cert_path = d->cfg->metrics.tls_cert[0] ? d->cfg->metrics.tls_cert : NULL,
+                .tls_key_path = d->cfg->metrics.tls_key[0] ? d->cfg->metrics.tls_key : NULL,
+                .users_path = d->cfg->metrics.basic_auth_users[0] ? d->cfg->metrics.basic_auth_users : NULL,
+                .open_path = d->cfg->metrics.auth_healthz ? NULL : "/healthz",
+        };
         int r;
 
         if (!d->cfg->metrics.listen[0])
                 return 0;
-        r = httpd_new(&d->httpd, d->event, d->cfg->metrics.listen, daemon_on_http, d, err);
+        r = httpd_new_secure(&d->httpd, d->event, d->cfg->metrics.listen, &sec, daemon_on_http, d, err);
         if (r < 0)
-                return errbuf_prefix(err, r, "[metrics] listen");
+                return errbuf_prefix(err, r, "[metrics]");
         r = sd_event_add_time(d->event, &d->sample_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US,
                               0, daemon_on_sample, d);
         if (r < 0)
                 return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
         sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
-        log_info("Metrics on http://%s/metrics and /healthz", d->cfg->metrics.listen);
+        log_info("Metrics on %s://%s/metrics and /healthz%s%s", sec.tls_cert_path ? "https" : "http",
+                 d->cfg->metrics.listen, sec.users_path ? ", basic auth on " : "",
+                 sec.users_path ? (sec.open_path ? "/metrics (/healthz open)" : "both") : "");
         return 0;
 }
 

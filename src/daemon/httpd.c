@@ -24,6 +24,8 @@
 #include <microhttpd.h>
 
 #include "core/units.h"
+#include "daemon/cfg.h"
+#include "daemon/httpd_auth.h"
 
 /* A scraper or a health check holds a connection for milliseconds; these
  * bound what a stuck or hostile client can hold. */
@@ -37,7 +39,12 @@ struct httpd {
         sd_event_source *io, *timer;
         httpd_handler_fn handler;
         void *userdata;
+        httpd_auth_t *auth;             /* owned; NULL = no basic auth */
+        char *open_path;                /* owned; served without auth, or NULL */
+        char *tls_cert, *tls_key;       /* owned PEM text, for libmicrohttpd's life */
 };
+
+#define HTTPD_REALM "inferd"
 
 /* MHD_run passes httpd_serve_pending makes. */
 #define HTTPD_PENDING_PASSES 4
@@ -121,6 +128,28 @@ static enum MHD_Result httpd_on_request(void *cls, struct MHD_Connection *c, con
         }
         if (*upload_data_size)
                 return MHD_NO;          /* a GET with a body: drop the connection */
+        if (h->auth && !(h->open_path && strcmp(url, h->open_path) == 0)) {
+                char *password = NULL, *user = MHD_basic_auth_get_username_password(c, &password);
+                bool ok = user && password && httpd_auth_check(h->auth, user, password);
+                struct MHD_Response *deny;
+                enum MHD_Result q;
+
+                if (password)
+                        explicit_bzero(password, strlen(password));
+                MHD_free(user);
+                MHD_free(password);
+                if (!ok) {
+                        static const char text[] = "401 unauthorized: basic auth with a [metrics] basic_auth_users user\n";
+
+                        deny = MHD_create_response_from_buffer(sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+                        if (!deny)
+                                return MHD_NO;
+                        MHD_add_response_header(deny, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+                        q = MHD_queue_basic_auth_fail_response(c, HTTPD_REALM, deny);
+                        MHD_destroy_response(deny);
+                        return q;
+                }
+        }
         r = h->handler(h->userdata, url, &resp);
         if (r < 0 || !resp.body) {
                 free(resp.body);
@@ -177,6 +206,32 @@ fail:
 
 int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, httpd_handler_fn handler, void *userdata,
               errbuf_t *err) {
+        return httpd_new_secure(ret, event, listen_addr, NULL, handler, userdata, err);
+}
+
+/* Reads what sec names into h. */
+static int httpd_load_security(httpd_t *h, const httpd_security_t *sec, errbuf_t *err) {
+        int r;
+
+        if (sec->tls_cert_path && sec->tls_key_path) {
+                if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+                        return errbuf_set(err, -EOPNOTSUPP, "this libmicrohttpd has no TLS (GnuTLS) support");
+                if ((r = cfg_read_file_text(sec->tls_cert_path, &h->tls_cert, err)) < 0 ||
+                    (r = cfg_read_file_text(sec->tls_key_path, &h->tls_key, err)) < 0)
+                        return r;
+        }
+        if (sec->users_path) {
+                r = httpd_auth_load(&h->auth, sec->users_path, err);
+                if (r < 0)
+                        return r;
+        }
+        if (sec->open_path && !(h->open_path = strdup(sec->open_path)))
+                return -ENOMEM;
+        return 0;
+}
+
+int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, const httpd_security_t *sec,
+                     httpd_handler_fn handler, void *userdata, errbuf_t *err) {
         const union MHD_DaemonInfo *info;
         httpd_t *h;
         int r;
@@ -188,6 +243,8 @@ int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, httpd_han
         h->listen_fd = -1;
         h->handler = handler;
         h->userdata = userdata;
+        if (sec && (r = httpd_load_security(h, sec, err)) < 0)
+                goto fail;
         r = httpd_bind(listen_addr, err);
         if (r < 0)
                 goto fail;
@@ -202,12 +259,19 @@ int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, httpd_han
         }
         /* MHD_USE_EPOLL without MHD_USE_INTERNAL_POLLING_THREAD: no thread;
          * MHD_run does the work when we call it. */
-        h->mhd = MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, httpd_on_request, h, MHD_OPTION_LISTEN_SOCKET,
-                                  r, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONNECTION_LIMIT,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+        /* With TLS the key and certificate go last: MHD_OPTION_END ends the
+         * list early when they are not given. */
+        h->mhd = MHD_start_daemon(MHD_USE_EPOLL | (h->tls_cert ? MHD_USE_TLS : 0), 0, NULL, NULL, httpd_on_request, h,
+                                  MHD_OPTION_LISTEN_SOCKET, r, MHD_OPTION_CONNECTION_LIMIT,
+                                  (unsigned)HTTPD_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+                                  (unsigned)HTTPD_CONNECTION_TIMEOUT_S,
+                                  h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, h->tls_cert,
+                                  MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
         if (!h->mhd) {
-                r = errbuf_set(err, -EIO, "Failed to start the HTTP server on '%s' (libmicrohttpd refused)",
-                               listen_addr);
+                r = errbuf_set(err, -EIO, "Failed to start the HTTP server on '%s' (libmicrohttpd refused%s)",
+                               listen_addr,
+                               h->tls_cert ? ": is tls_cert a PEM certificate and tls_key its unencrypted PEM key?"
+                                           : "");
                 goto fail;
         }
         close(h->listen_fd);
@@ -241,5 +305,11 @@ void httpd_free(httpd_t *h) {
                 MHD_stop_daemon(h->mhd);
         if (h->listen_fd >= 0)
                 close(h->listen_fd);
+        httpd_auth_free(h->auth);
+        free(h->open_path);
+        free(h->tls_cert);
+        if (h->tls_key)
+                explicit_bzero(h->tls_key, strlen(h->tls_key));
+        free(h->tls_key);
         free(h);
 }

@@ -10,6 +10,10 @@
  * The listening socket is bound here, not by libmicrohttpd, so that a port
  * that cannot be bound fails with a sentence that names the address.
  *
+ * Optionally (httpd_new_secure) it speaks only HTTPS, through
+ * libmicrohttpd's GnuTLS, and asks for HTTP basic auth (httpd_auth.h) on
+ * every path but one that may stay open (/healthz, for load balancers).
+ *
  * Not here: what is served (the handler's, i.e. the daemon's), the
  * exposition format (metrics.c). */
 #ifndef INFERD_HTTPD_H
@@ -41,6 +45,21 @@ typedef int (*httpd_handler_fn)(void *userdata, const char *path, httpd_response
  * the address in err. */
 int httpd_new(httpd_t **ret, sd_event *event, const char *listen, httpd_handler_fn handler, void *userdata,
               errbuf_t *err);
+
+/* TLS and basic auth; any member may be NULL (off). */
+typedef struct httpd_security {
+        const char *tls_cert_path;      /* PEM certificate (chain); with tls_key_path */
+        const char *tls_key_path;       /* PEM private key, unencrypted */
+        const char *users_path;         /* user:bcrypt lines (httpd_auth_load) */
+        const char *open_path;          /* one path served without auth, e.g. "/healthz" */
+} httpd_security_t;
+
+/* httpd_new, over TLS and/or with basic auth as sec says. The files are read
+ * here, once (a new certificate takes a restart); errors name the file. A
+ * request without the right user and password gets 401; a plain-HTTP
+ * request to a TLS endpoint fails its handshake and is closed. */
+int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen, const httpd_security_t *sec,
+                     httpd_handler_fn handler, void *userdata, errbuf_t *err);
 
 /* Answers, without waiting, the requests already waiting on the socket: for
  * a caller that holds the loop thread for a long step (the daemon's start-up

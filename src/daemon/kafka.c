@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "daemon/kafka_auth.h"
 #include "daemon/log.h"
 
 /* The metrics' view of the input topic's partitions: one entry per
@@ -50,6 +51,7 @@ struct kafka {
         metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
         int error_codes[KAFKA_ERROR_KINDS_MAX];
         size_t n_errors;
+        kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -104,11 +106,15 @@ static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t 
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
         (void)rk;
+        /* kafka_auth says it once, with the broker and the mechanism. */
+        if (kafka_auth_is_repeat(fac, buf) && level < LOG_DEBUG)
+                level = LOG_DEBUG;
         log_full(level, "librdkafka %s: %s", fac, buf);
 }
 
 /* Counts an error under its librdkafka name, lower-cased and without the
- * leading '_' of client-side errors ("_TRANSPORT" -> "transport"). */
+ * leading '_' of client-side errors ("_TRANSPORT" -> "transport"); TLS and
+ * SASL failures as "tls" and "auth". */
 static void kafka_count_error(kafka_t *k, int err) {
         const char *name;
         char *label;
@@ -121,7 +127,7 @@ static void kafka_count_error(kafka_t *k, int err) {
                 }
         if (i == KAFKA_ERROR_KINDS_MAX)
                 return;
-        name = rd_kafka_err2name(err);
+        name = kafka_auth_kind(err) ? kafka_auth_kind(err) : rd_kafka_err2name(err);
         while (*name == '_')
                 name++;
         label = strdup(name);
@@ -146,6 +152,10 @@ static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *op
                         k->cb.fatal(k->userdata, fatal);
                 return;
         }
+        if (kafka_auth_kind(err)) {
+                kafka_auth_on_error(&k->auth, rk, err, reason);
+                return;
+        }
         /* Broker outages come here and recover by themselves. */
         log_warning("Kafka error (%s): %s", rd_kafka_err2name(err), reason);
 }
@@ -154,6 +164,8 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         kafka_t *k = opaque;
 
         (void)rk;
+        if (!m->err)
+                kafka_auth_clear(&k->auth);
         if (k->cb.delivered)
                 k->cb.delivered(k->userdata, m);
 }
@@ -260,6 +272,10 @@ size_t kafka_get_lag(const kafka_t *k, metrics_lag_t *out, size_t max, int64_t n
         return n;
 }
 
+const char *kafka_get_auth_error(const kafka_t *k) {
+        return kafka_auth_reason(&k->auth);
+}
+
 int kafka_get_assigned(const kafka_t *k) {
         int n = 0;
 
@@ -298,6 +314,7 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         break;
                 }
                 kafka_parts_assigned(k, parts, true);
+                kafka_auth_clear(&k->auth);
                 if (k->cb.assigned)
                         k->cb.assigned(k->userdata, parts);
                 /* Set the pause state either way: librdkafka keeps a
@@ -339,6 +356,18 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
         }
 }
 
+/* ssl.certificate.verify_cb, on librdkafka's threads: see kafka_auth_verify. */
+static int kafka_verify_cb(rd_kafka_t *rk, const char *broker_name, int32_t broker_id, int *x509_error, int depth,
+                           const char *buf, size_t size, char *errstr, size_t errstr_size, void *opaque) {
+        kafka_t *k = opaque;
+
+        (void)rk;
+        (void)broker_id;
+        (void)buf;
+        (void)size;
+        return kafka_auth_verify(&k->auth, broker_name, depth, x509_error, errstr, errstr_size);
+}
+
 static int kafka_new_handle(kafka_t *k, rd_kafka_type_t type, rd_kafka_conf_t *conf, rd_kafka_t **ret,
                             errbuf_t *err) {
         char why[512];
@@ -347,6 +376,9 @@ static int kafka_new_handle(kafka_t *k, rd_kafka_type_t type, rd_kafka_conf_t *c
         rd_kafka_conf_set_opaque(conf, k);
         rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
         rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
+        /* The reason of a refused certificate; RD_KAFKA_CONF_INVALID only
+         * for a librdkafka built without SSL, where it cannot matter. */
+        (void)rd_kafka_conf_set_ssl_cert_verify_cb(conf, kafka_verify_cb);
         rk = rd_kafka_new(type, conf, why, sizeof(why));
         if (!rk) {
                 rd_kafka_conf_destroy(conf);
@@ -459,6 +491,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         if (!k)
                 return -ENOMEM;
         k->consumer_fd = k->producer_fd = -1;
+        kafka_auth_init(&k->auth);
         k->cfg = c;
         k->cb = *cb;
         k->userdata = userdata;
@@ -524,6 +557,7 @@ void kafka_free(kafka_t *k) {
         for (size_t i = 0; i < k->n_errors; i++)
                 free((char *)k->errors[i].label);
         free(k->parts);
+        kafka_auth_done(&k->auth);
         free(k);
 }
 

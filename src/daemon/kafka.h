@@ -136,6 +136,11 @@ int kafka_get_assigned(const kafka_t *k);
 /* Errors by kind since kafka_new; *ret points into k. */
 size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret);
 
+/* The last refused TLS handshake or SASL authentication, as logged ("TLS
+ * handshake with ssl://... failed (...): ..."), or "" when none since the
+ * last partition assignment or delivered record. For /healthz. */
+const char *kafka_get_auth_error(const kafka_t *k);
+
 /* --- exactly-once ([kafka] delivery = exactly-once) ---------------------------
  * The producer is transactional (transactional.id <group>-<instance>-<input
  * topic>); kafka_produce opens a transaction before the first output after a

@@ -532,7 +532,8 @@ static const char *const design_keys[][2] = {
         { "engine", "backend" }, { "engine", "device" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },
         { "batching", "max_delay_ms" }, { "batching", "max_images_per_s" }, { "drain", "timeout_s" },
-        { "metrics", "listen" },
+        { "metrics", "listen" }, { "metrics", "tls_cert" }, { "metrics", "tls_key" },
+        { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
