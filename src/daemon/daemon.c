@@ -40,6 +40,7 @@
 #include "daemon/metrics.h"
 #include "daemon/pipebench.h"
 #include "daemon/pipeline.h"
+#include "daemon/probes.h"
 #include "daemon/rectime.h"
 #include "core/labels.h"
 #include "core/model.h"
@@ -1190,8 +1191,23 @@ static int daemon_text(httpd_response_t *ret, unsigned status, const char *text)
         return 0;
 }
 
+/* GET /readyz's state (probes.h). */
+static void daemon_probes_state(const daemon_t *d, probes_state_t *ret) {
+        kafka_health_t h = d->kafka ? kafka_get_health(d->kafka) : KAFKA_HEALTH_OK;
+
+        *ret = (probes_state_t){
+                .started = d->started,
+                .draining = d->draining || d->exit_status,
+                .reloading = d->reloading,
+                .auth_failed = h == KAFKA_HEALTH_AUTH_FAILED,
+                .kafka_unreachable = h == KAFKA_HEALTH_UNREACHABLE,
+                .assigned_partitions = d->kafka ? kafka_get_assigned(d->kafka) : 0,
+        };
+}
+
 static int daemon_on_http(void *userdata, const char *path, httpd_response_t *ret) {
         daemon_t *d = userdata;
+        probes_state_t ps;
         const char *state;
 
         if (!strcmp(path, "/metrics")) {
@@ -1205,7 +1221,15 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
                 state = d->exit_status ? "stopping" : daemon_state(d);
                 return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
         }
-        return daemon_text(ret, 404, "not found: GET /metrics or /healthz");
+        if (!strcmp(path, "/livez"))
+                /* Answered on the loop thread: the loop turns. */
+                return daemon_text(ret, 200, "alive");
+        if (!strcmp(path, "/readyz")) {
+                daemon_probes_state(d, &ps);
+                state = probes_ready_reason(&ps);
+                return daemon_text(ret, state ? 503 : 200, state ? state : "ready");
+        }
+        return daemon_text(ret, 404, "not found: GET /metrics, /healthz, /livez or /readyz");
 }
 
 /* The endpoint first, before anything slow: a port that cannot be bound
@@ -1223,7 +1247,7 @@ static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
         if (r < 0)
                 return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
         sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
-        log_info("Metrics on http://%s/metrics and /healthz", d->cfg->metrics.listen);
+        log_info("Metrics on http://%s/metrics, probes on /livez and /readyz (and /healthz)", d->cfg->metrics.listen);
         return 0;
 }
 
