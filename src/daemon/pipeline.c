@@ -711,7 +711,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = pipeline_track(p, m);
         p->times[slot * p->capacity + idx] = (rectime_t){
-                .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_ms()),
+                .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
                 .taken_us = e->arrived_us,
                 .decoded_us = record_is_encoded(fmt) ? 0 : e->arrived_us,
         };

@@ -20,6 +20,13 @@ int64_t rectime_now_ms(void) {
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+double rectime_now_s(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 bool rectime_expired(int64_t ts_ms, int64_t now_ms, uint64_t max_age_ms, int64_t *age_ms) {
         int64_t age = ts_ms >= 0 && now_ms > ts_ms ? now_ms - ts_ms : 0;
 
@@ -27,8 +34,10 @@ bool rectime_expired(int64_t ts_ms, int64_t now_ms, uint64_t max_age_ms, int64_t
         return max_age_ms > 0 && age > 0 && (uint64_t)age > max_age_ms;
 }
 
-double rectime_queue_s(int64_t ts_ms, int64_t now_ms) {
-        return ts_ms >= 0 && now_ms > ts_ms ? (double)(now_ms - ts_ms) / 1e3 : 0.0;
+double rectime_queue_s(int64_t ts_ms, double now_s) {
+        double q = now_s - (double)ts_ms / 1e3;
+
+        return ts_ms >= 0 && q > 0 ? q : 0.0;
 }
 
 /* b - a in seconds, or 0 when either is unset or time went backwards. */

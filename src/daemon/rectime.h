@@ -48,8 +48,11 @@ typedef struct rectime {
         uint64_t done_us;       /* its batch's results reaped */
 } rectime_t;
 
-/* CLOCK_REALTIME in epoch milliseconds, the clock of Kafka timestamps. */
+/* CLOCK_REALTIME in epoch milliseconds, the clock of Kafka timestamps, and
+ * in seconds to the microsecond (the queue stage, measured against the
+ * latency's reading of the same clock). */
 int64_t rectime_now_ms(void);
+double rectime_now_s(void);
 
 /* Whether a record with Kafka timestamp ts_ms is past the deadline at
  * now_ms: older than max_age_ms, strictly (a record exactly max_age_ms old
@@ -58,9 +61,9 @@ int64_t rectime_now_ms(void);
  * (0 when it has none, or is from the future). */
 bool rectime_expired(int64_t ts_ms, int64_t now_ms, uint64_t max_age_ms, int64_t *age_ms);
 
-/* The queue stage of a record with Kafka timestamp ts_ms taken at now_ms
- * (CLOCK_REALTIME, epoch ms), in seconds; 0 for none or a future one. */
-double rectime_queue_s(int64_t ts_ms, int64_t now_ms);
+/* The queue stage of a record with Kafka timestamp ts_ms taken at now_s
+ * (CLOCK_REALTIME, epoch seconds), in seconds; 0 for none or a future one. */
+double rectime_queue_s(int64_t ts_ms, double now_s);
 
 /* The stages' seconds (RECTIME_STAGES of them) of t, produce ending at
  * end_us (monotonic). A reading that went backwards counts 0. */

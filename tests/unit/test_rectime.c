@@ -31,9 +31,10 @@ static void test_rectime_expired_boundary(void) {
 }
 
 static void test_rectime_queue(void) {
-        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(1000, 3500), 2.5, 1e-12);
-        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(5000, 3500), 0.0, 0);  /* future */
-        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(-1, 3500), 0.0, 0);    /* none */
+        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(1000, 3.5005), 2.5005, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(5000, 3.5), 0.0, 0);   /* future */
+        CU_ASSERT_DOUBLE_EQUAL(rectime_queue_s(-1, 3.5), 0.0, 0);     /* none */
+        CU_ASSERT_DOUBLE_EQUAL(rectime_now_s(), (double)rectime_now_ms() / 1e3, 0.5);
 }
 
 static void test_rectime_stages_add_up(void) {
