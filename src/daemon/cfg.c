@@ -60,7 +60,7 @@ static const cfg_key_t cfg_keys[] = {
         { "service", "instance", CFG_T_STRING, "default", 0, 0, false, false, F(service.instance),
           "Instance name (the colour, e.g. blue), copied into every prediction and log line." },
         { "service", "trace_headers", CFG_T_BOOL, "yes", 0, 0, true, false, F(service.trace_headers),
-          "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction and to its DLQ copy, as correlation-id always is." },
+          "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is. (A DLQ copy keeps every header of its record, these too, whatever this says.)" },
         { "service", "timing_header", CFG_T_BOOL, "no", 0, 0, true, false, F(service.timing_header),
           "Add an inferd-timing header to every prediction: the record's milliseconds in each stage, queue=...;decode=...;batch_wait=...;engine=...;produce=... (produce: from the engine's results to the hand-over to the producer)." },
         { "service", "log_level", CFG_T_LOG_LEVEL, "info", 0, 0, true, false, F(service.log_level),
@@ -125,7 +125,7 @@ static const cfg_key_t cfg_keys[] = {
           "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
 
         { "metrics", "listen", CFG_T_LISTEN, "127.0.0.1:9464", 0, 0, false, false, F(metrics.listen),
-          "Address of the HTTP endpoint (GET /metrics, /healthz), host:port; empty turns it off. Two "
+          "Address of the HTTP endpoint (GET /metrics, /livez, /readyz, /healthz), host:port; empty turns it off. Two "
           "instances on one host need different ports (blue 9464, green 9465)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
