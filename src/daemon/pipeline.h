@@ -1,6 +1,8 @@
 /* pipeline: the records' path, on the event loop thread.
  *
- *   consumer -> pipeline_pump -> take: classify
+ *   consumer -> pipeline_pump -> take: the deadline, then classify
+ *        past [batching] max_record_age -> the DLQ (expired), or with skip
+ *                finished at once without output (ops->skipped; tracked offset)
  *        bad  -> produce a copy to the DLQ                (tracked offset)
  *        good -> batch_add + copy into the engine's slot  (tracked offset)
  *        JPEG/PNG -> batch_add + a decode job writing the slot's record
@@ -23,6 +25,10 @@
  * tokens; the batch-delay deadline wakes it when the tokens are there. A wait
  * under PIPELINE_HOLD_MAX_US takes nothing from the consumer; for a longer
  * one the next record is held and fetching paused at once.
+ *
+ * Each record's clock readings (rectime.h) go with its prediction's ticket:
+ * the inferd-timing header is written from them, and the owner's delivery
+ * report observes the stage histograms (pipeline_delivered).
  *
  * The pipeline knows nothing of its owner (the daemon): what it needs from
  * it goes up through pipeline_ops_t (stop with a failure, arm the

@@ -187,7 +187,7 @@ kt_age_test() {
         kt_config "$P" "$P" "g-$P" "[kafka]" "delivery = $mode" "[batching]" "max_record_age = 60s" \
                 "[service]" "timing_header = yes" "[metrics]" "listen = 127.0.0.1:$port"
         kt_produce $P.images --count 3 --keys ${P}old --seed 31 --age-ms 120000 --trace
-        kt_produce $P.images --count 2 --keys ${P}fut --seed 32 --age-ms -3600000 --trace
+        kt_produce $P.images --count 2 --keys ${P}fut --seed 32 --age-ms -1800000 --trace
         kt_produce $P.images --count 2 --keys ${P}yng --seed 33 --age-ms 30000 --trace
         kt_produce $P.images --count 2 --keys ${P}now --seed 34 --trace
         kt_start "$P"
