@@ -177,10 +177,10 @@ kt_produce() {
 # kafka/age-*, trace-*, timing-*; kafka-real's age-eos-*), over the topics
 # PREFIX.images (1 partition), PREFIX.predictions, PREFIX.dlq; $CHECK and
 # dump_input are the caller's. One partition, in this order: 3 records 120 s old
-# (expired), 2 from an hour in the future, 2 30 s old, 2 current, all with
+# (expired), 2 from 30 minutes in the future, 2 30 s old, 2 current, all with
 # trace context. Then SIGHUP to skip (and the headers off), one current
-# record and 2 old ones last, so that a committed offset at the end covers
-# the skipped ones.
+# record, and once it is predicted 2 old ones last, so that only the skipped
+# ones can move the committed offset to the end.
 kt_age_test() {
         local P=$1 mode=$2 t=$3 offsets=$4 port n0 i got want end why why2 rc
         port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -228,6 +228,10 @@ kt_age_test() {
                 sleep 0.1
         done
         kt_produce $P.images --count 1 --keys ${P}late --seed 35 --trace
+        # Its prediction first (under exactly-once, its transaction
+        # committed): then the skipped records are all there is, and
+        # nothing but them can carry the committed offset to the end.
+        kt_wait_count $P.predictions 7 120
         kt_produce $P.images --count 2 --keys ${P}skp --seed 36 --age-ms 120000 --trace
         end=$(kt_count $P.images)
         got=""
