@@ -4,6 +4,7 @@
  *                  [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]
  *                  [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
+ *                  [--age-ms MS] [--trace]
  *
  * It produces N records of the raw input formats (src/core/record.h), or of
  * JPEG or PNG (the files of --images DIR in name order, cycled, or images
@@ -23,12 +24,19 @@
  * idempotent. Exit status: 0 when every record was delivered, 1 otherwise,
  * 2 for bad arguments.
  *
+ * --age-ms MS sets every record's Kafka timestamp (CreateTime) MS
+ * milliseconds in the past (negative: in the future, a producer's clock
+ * skew), for the daemon's deadline on records. --trace adds W3C trace
+ * context headers: traceparent 00-<32 hex>-<16 hex>-01 and tracestate
+ * inferd=<key>, both a function of (seed, i).
+ *
  * It is not a benchmark of the daemon by itself, and it never reads back. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +92,9 @@ typedef struct produce_opts {
         produce_choice_t content_type;
         int timeout_s;                  /* for the final flush */
         const char *images_dir;         /* --images: files to send (jpeg/png) */
+        bool have_age;                  /* --age-ms given: set the timestamps */
+        long age_ms;                    /* the records' age at produce time; < 0: in the future */
+        bool trace;                     /* --trace: traceparent and tracestate headers */
         produce_images_t images;
 } produce_opts_t;
 
@@ -360,6 +371,7 @@ static void usage(FILE *f) {
                 "                      [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]\n"
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
+                "                      [--age-ms MS] [--trace]\n"
                 "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG: the files of\n"
                 "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
@@ -368,7 +380,8 @@ static void usage(FILE *f) {
                 "--timeout-s 60, and -X compression.type=zstd. -c FILE takes an instance config's\n"
                 "[kafka.client] and [kafka.producer] settings (security included; file: and\n"
                 "credential: values resolved) and its [kafka] brokers when -b is not given; -X\n"
-                "options after it override them.\n");
+                "options after it override them. --age-ms MS: Kafka timestamps MS ms in the past\n"
+                "(negative: the future). --trace: traceparent and tracestate headers.\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *ret) {
@@ -508,9 +521,10 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
 
 static int produce_one(rd_kafka_t *rk, const produce_opts_t *o, long i, produce_kind_t kind, const uint8_t *buf,
                        size_t len, const char *ct) {
-        char key[256], cid[300];
-        rd_kafka_headers_t *h = rd_kafka_headers_new(3);
+        char key[256], cid[300], tp[64], ts[300];
+        rd_kafka_headers_t *h = rd_kafka_headers_new(5);
         rd_kafka_resp_err_t e;
+        int64_t timestamp_ms = 0;       /* 0: librdkafka's now */
 
         snprintf(key, sizeof(key), "%s-%ld", o->keys, i);
         snprintf(cid, sizeof(cid), "cid-%" PRIu64 "-%s", o->seed, key);
@@ -518,10 +532,24 @@ static int produce_one(rd_kafka_t *rk, const produce_opts_t *o, long i, produce_
         rd_kafka_header_add(h, "inferd-test-expect", -1, kind_names[kind], -1);
         if (ct)
                 rd_kafka_header_add(h, "content-type", -1, ct, -1);
+        if (o->trace) {
+                uint64_t a = mix64(o->seed * 0x10001 + (uint64_t)i), b = mix64(a), c = mix64(b);
+
+                snprintf(tp, sizeof(tp), "00-%016" PRIx64 "%016" PRIx64 "-%016" PRIx64 "-01", a, b, c);
+                snprintf(ts, sizeof(ts), "inferd=%s", key);
+                rd_kafka_header_add(h, "traceparent", -1, tp, -1);
+                rd_kafka_header_add(h, "tracestate", -1, ts, -1);
+        }
+        if (o->have_age) {
+                struct timespec now;
+
+                clock_gettime(CLOCK_REALTIME, &now);
+                timestamp_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - o->age_ms;
+        }
         for (;;) {
                 e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, strlen(key)),
                                       RD_KAFKA_V_VALUE((void *)buf, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_END);
                 if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                         break;
                 rd_kafka_poll(rk, 100);         /* serve delivery reports to make room */
@@ -548,6 +576,8 @@ int main(int argc, char **argv) {
                 { "timeout-s", required_argument, NULL, 'T' },
                 { "payload", required_argument, NULL, 'P' },
                 { "images", required_argument, NULL, 'I' },
+                { "age-ms", required_argument, NULL, 'A' },
+                { "trace", no_argument, NULL, 'R' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -567,7 +597,7 @@ int main(int argc, char **argv) {
         if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
-        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:h", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:A:Rh", opts, NULL)) != -1) {
                 switch (c) {
                 case 'c': {
                         errbuf_t err = {};
@@ -612,6 +642,14 @@ int main(int argc, char **argv) {
                         break;
                 case 'I':
                         o.images_dir = optarg;
+                        break;
+                case 'A':
+                        if (parse_long(optarg, -366L * 86400 * 1000, 366L * 86400 * 1000, &o.age_ms) < 0)
+                                goto bad_arg;
+                        o.have_age = true;
+                        break;
+                case 'R':
+                        o.trace = true;
                         break;
                 case 'F':
                         if (parse_double(optarg, 0, 1, &o.bad_fraction) < 0)

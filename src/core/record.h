@@ -34,6 +34,9 @@ typedef enum record_format {
 /* Not a property of the bytes: the engine computed non-finite logits for the
  * record (engine.h, ENGINE_TOPK_NONFINITE), so it has no prediction. */
 #define RECORD_ERR_NON_FINITE_OUTPUT "non-finite-output"
+/* Not a property of the bytes either: the record's Kafka timestamp was older
+ * than [batching] max_record_age when it was taken. */
+#define RECORD_ERR_EXPIRED "expired"
 
 const char *record_format_mime(record_format_t f);
 /* RECORD_UNKNOWN for a content-type this project does not know. Parameters

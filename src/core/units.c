@@ -158,3 +158,74 @@ int units_parse_listen(const char *s, char *host, size_t host_len, unsigned *por
                 *port = (unsigned)p;
         return 0;
 }
+
+/* Longest accepted duration: a year, far past any Kafka retention that a
+ * deadline on records is meant for, and no overflow in microseconds. */
+#define UNITS_DURATION_MAX_MS (366ULL * 24 * 3600 * 1000)
+
+static const struct {
+        const char *suffix;
+        uint64_t ms;
+} units_durations[] = {
+        { "d", 24ULL * 3600 * 1000 }, { "h", 3600ULL * 1000 }, { "m", 60ULL * 1000 }, { "s", 1000 }, { "ms", 1 },
+};
+
+int units_parse_duration_ms(const char *s, uint64_t *ret_ms) {
+        const char *p = s;
+        uint64_t n = 0;
+        int digits = 0;
+
+        if (!s)
+                return -EINVAL;
+        while (isspace((unsigned char)*p))
+                p++;
+        for (; isdigit((unsigned char)*p); p++, digits++) {
+                n = n * 10 + (uint64_t)(*p - '0');
+                if (n > UNITS_DURATION_MAX_MS)
+                        return -ERANGE;
+        }
+        if (digits == 0)
+                return -EINVAL;
+        {
+                const char *end = p;
+                size_t len;
+
+                while (*end && !isspace((unsigned char)*end))
+                        end++;
+                len = (size_t)(end - p);
+                while (isspace((unsigned char)*end))
+                        end++;
+                if (*end)
+                        return -EINVAL;
+                if (len == 0) {
+                        /* Only zero needs no unit: any other bare number is ambiguous. */
+                        if (n != 0)
+                                return -EINVAL;
+                        *ret_ms = 0;
+                        return 0;
+                }
+                for (size_t i = 0; i < sizeof(units_durations) / sizeof(units_durations[0]); i++) {
+                        if (strlen(units_durations[i].suffix) != len || strncmp(p, units_durations[i].suffix, len))
+                                continue;
+                        if (n > UNITS_DURATION_MAX_MS / units_durations[i].ms)
+                                return -ERANGE;
+                        *ret_ms = n * units_durations[i].ms;
+                        return 0;
+                }
+        }
+        return -EINVAL;
+}
+
+const char *units_format_duration_ms(uint64_t ms, char *buf, size_t len) {
+        if (ms == 0) {
+                snprintf(buf, len, "0");
+                return buf;
+        }
+        for (size_t i = 0; i < sizeof(units_durations) / sizeof(units_durations[0]); i++)
+                if (ms % units_durations[i].ms == 0) {
+                        snprintf(buf, len, "%llu%s", (unsigned long long)(ms / units_durations[i].ms),
+                                 units_durations[i].suffix);
+                        return buf;
+                }
+        return buf;     /* not reached: the last unit divides everything */
+}

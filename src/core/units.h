@@ -26,6 +26,16 @@ int units_is_percent(const char *s);
  * host_len - 1). */
 int units_parse_listen(const char *s, char *host, size_t host_len, unsigned *port);
 
+/* A duration as people write it: a whole number with a unit, ms, s, m, h
+ * or d ("90s", "10m", "1500ms"), or a bare "0". Writes milliseconds into
+ * *ret_ms. Returns 0, or -EINVAL (bad text, a missing unit) / -ERANGE (more
+ * than a year). */
+int units_parse_duration_ms(const char *s, uint64_t *ret_ms);
+
+/* The shortest exact text of a duration in that form ("10m", "1500ms",
+ * "0"); returns buf. */
+const char *units_format_duration_ms(uint64_t ms, char *buf, size_t len);
+
 /* "97.5 MiB"; returns buf. */
 const char *units_format_size(uint64_t bytes, char *buf, size_t len);
 

@@ -33,6 +33,8 @@ typedef enum cfg_type {
         CFG_T_BOOL,             /* yes or no */
         CFG_T_DELIVERY,         /* at-least-once or exactly-once */
         CFG_T_LISTEN,           /* host:port, or "" for off */
+        CFG_T_DURATION,         /* a duration with a unit ("90s", "10m") or 0, in [min, max] ms */
+        CFG_T_AGE_ACTION,       /* dlq or skip */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -40,7 +42,7 @@ typedef struct cfg_key {
         const char *name;
         cfg_type_t type;
         const char *def;        /* as a file would say it; NULL = required */
-        int64_t min, max;       /* CFG_T_INT: the value; CFG_T_SIZE / CFG_T_BUDGET: bytes */
+        int64_t min, max;       /* CFG_T_INT: the value; CFG_T_SIZE / CFG_T_BUDGET: bytes; CFG_T_DURATION: ms */
         bool live;              /* may change on SIGHUP without a restart */
         bool optional;          /* CFG_T_PATH: "" means none */
         size_t offset;          /* of the field in cfg_t */
@@ -57,6 +59,10 @@ typedef struct cfg_key {
 static const cfg_key_t cfg_keys[] = {
         { "service", "instance", CFG_T_STRING, "default", 0, 0, false, false, F(service.instance),
           "Instance name (the colour, e.g. blue), copied into every prediction and log line." },
+        { "service", "trace_headers", CFG_T_BOOL, "yes", 0, 0, true, false, F(service.trace_headers),
+          "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is. (A DLQ copy keeps every header of its record, these too, whatever this says.)" },
+        { "service", "timing_header", CFG_T_BOOL, "no", 0, 0, true, false, F(service.timing_header),
+          "Add an inferd-timing header to every prediction: the record's milliseconds in each stage, queue=...;decode=...;batch_wait=...;engine=...;produce=... (produce: from the engine's results to the hand-over to the producer)." },
         { "service", "log_level", CFG_T_LOG_LEVEL, "info", 0, 0, true, false, F(service.log_level),
           "Least severe message logged." },
         { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
@@ -108,12 +114,18 @@ static const cfg_key_t cfg_keys[] = {
 
         { "batching", "max_images_per_s", CFG_T_INT, "0", 0, 10000000, true, false, F(batching.max_images_per_s),
           "Throughput cap in images a second: a token bucket one batch deep before batch submission; at the cap the daemon takes no more records, as under back-pressure. 0 = no cap." },
+        { "batching", "max_record_age", CFG_T_DURATION, "0", 0, 366LL * 24 * 3600 * 1000, true, false,
+          F(batching.max_record_age_ms),
+          "A deadline on records: one whose Kafka timestamp is older than this when it is taken is not run (max_record_age_action says what happens to it) and its offset is committed. A duration with a unit (90s, 10m, 1h); 0 = off. A timestamp in the future (clock skew) never expires." },
+        { "batching", "max_record_age_action", CFG_T_AGE_ACTION, "dlq", 0, 0, true, false,
+          F(batching.max_record_age_action),
+          "What happens to a record past max_record_age: dlq sends it to the DLQ with inferd-error expired and its age in inferd-error-detail; skip commits it with no copy anywhere, counted in inferd_records_total{outcome=\"expired\"}." },
 
         { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
           "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
 
         { "metrics", "listen", CFG_T_LISTEN, "127.0.0.1:9464", 0, 0, false, false, F(metrics.listen),
-          "Address of the HTTP endpoint (GET /metrics, /healthz), host:port; empty turns it off. Two "
+          "Address of the HTTP endpoint (GET /metrics, /livez, /readyz, /healthz), host:port; empty turns it off. Two "
           "instances on one host need different ports (blue 9464, green 9465)." },
         { "metrics", "tls_cert", CFG_T_PATH, "", 0, 0, false, true, F(metrics.tls_cert),
           "PEM certificate (chain) of the endpoint: with tls_key, it serves HTTPS only (a plain-HTTP "
@@ -126,8 +138,8 @@ static const cfg_key_t cfg_keys[] = {
           "HTTP basic auth (401 otherwise). May be credential:NAME. Use it with TLS: basic auth over plain "
           "HTTP sends the password in clear." },
         { "metrics", "auth_healthz", CFG_T_BOOL, "no", 0, 0, false, false, F(metrics.auth_healthz),
-          "yes: /healthz needs basic auth too; no leaves it open for load balancers (it tells only "
-          "whether the daemon is ready, and why not)." },
+          "yes: the probes (/healthz, /livez, /readyz) need basic auth too; no leaves them open for "
+          "load balancers and kubelets (they tell only whether the daemon is alive and ready, and why not)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
           "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
@@ -203,6 +215,8 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_BOOL: return "yes or no";
         case CFG_T_DELIVERY: return "delivery";
         case CFG_T_LISTEN: return "address";
+        case CFG_T_DURATION: return "duration";
+        case CFG_T_AGE_ACTION: return "dlq or skip";
         }
         return "?";
 }
@@ -370,6 +384,31 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 strcpy(field, v);
                 return 0;
 
+        case CFG_T_DURATION: {
+                uint64_t ms;
+
+                r = units_parse_duration_ms(v, &ms);
+                if (r == -ERANGE || (r == 0 && (ms < (uint64_t)k->min || ms > (uint64_t)k->max)))
+                        return errbuf_set(err, -EINVAL, "'%s' is not in %s..%s", v,
+                                          units_format_duration_ms((uint64_t)k->min, lo, sizeof(lo)),
+                                          units_format_duration_ms((uint64_t)k->max, hi, sizeof(hi)));
+                if (r < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not a duration (a whole number with a unit: ms, s, m, h or d; "
+                                          "or 0)", v);
+                *(uint64_t *)field = ms;
+                return 0;
+        }
+
+        case CFG_T_AGE_ACTION:
+                if (strcmp(v, "dlq") == 0)
+                        *(cfg_age_action_t *)field = CFG_AGE_DLQ;
+                else if (strcmp(v, "skip") == 0)
+                        *(cfg_age_action_t *)field = CFG_AGE_SKIP;
+                else
+                        return errbuf_set(err, -EINVAL, "'%s' is not one of dlq, skip", v);
+                return 0;
+
         case CFG_T_DELIVERY:
                 if (strcmp(v, "at-least-once") == 0)
                         *(cfg_delivery_t *)field = CFG_DELIVERY_AT_LEAST_ONCE;
@@ -409,6 +448,10 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
                 return *(const bool *)field ? "yes" : "no";
         case CFG_T_DELIVERY:
                 return *(const cfg_delivery_t *)field == CFG_DELIVERY_EXACTLY_ONCE ? "exactly-once" : "at-least-once";
+        case CFG_T_DURATION:
+                return units_format_duration_ms(*(const uint64_t *)field, buf, len);
+        case CFG_T_AGE_ACTION:
+                return *(const cfg_age_action_t *)field == CFG_AGE_SKIP ? "skip" : "dlq";
         }
         return "?";
 }
@@ -773,6 +816,12 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return k->optional ? "file, or empty" : "file";
         case CFG_T_LISTEN:
                 return "host:port, or empty";
+        case CFG_T_DURATION:
+                snprintf(buf, len, "%s..%s", units_format_duration_ms((uint64_t)k->min, lo, sizeof(lo)),
+                         units_format_duration_ms((uint64_t)k->max, hi, sizeof(hi)));
+                return buf;
+        case CFG_T_AGE_ACTION:
+                return "dlq, skip";
         }
         return "";
 }
@@ -796,7 +845,8 @@ int cfg_write_reference(FILE *out) {
                 "\n"
                 "A SIZE is a byte count with an optional suffix `KiB`, `MiB`, `GiB` or `TiB` (also `K`,\n"
                 "`M`, `G`, `T`; binary), e.g. `512MiB` or `1.5GiB`. A percentage (`70%%`) is of the\n"
-                "device's total memory.\n"
+                "device's total memory. A duration is a whole number with a unit, `ms`, `s`, `m`, `h`\n"
+                "or `d` (`90s`, `10m`), or `0`.\n"
                 "\n"
                 "| Section | Key | Type | Default | Range | Live | Description |\n"
                 "|---|---|---|---|---|---|---|\n");

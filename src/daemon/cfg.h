@@ -47,6 +47,12 @@ typedef enum cfg_delivery {
         CFG_DELIVERY_EXACTLY_ONCE,      /* outputs and offsets in one transaction (KIP-447) */
 } cfg_delivery_t;
 
+/* [batching] max_record_age_action */
+typedef enum cfg_age_action {
+        CFG_AGE_DLQ,                    /* to the DLQ, inferd-error: expired */
+        CFG_AGE_SKIP,                   /* committed without a copy */
+} cfg_age_action_t;
+
 typedef struct cfg_kv {
         char *name;                     /* owned */
         char *value;                    /* owned; file:/credential: already resolved */
@@ -65,6 +71,8 @@ typedef struct cfg {
                 char instance[CFG_STRING_MAX];
                 int log_level;          /* syslog priority: LOG_ERR .. LOG_DEBUG */
                 int top_k;              /* 1..1000 */
+                bool trace_headers;     /* copy traceparent and tracestate to the outputs */
+                bool timing_header;     /* add inferd-timing to predictions */
         } service;
 
         struct {
@@ -105,6 +113,8 @@ typedef struct cfg {
         struct {
                 int max_delay_ms;       /* 0..10000 */
                 int max_images_per_s;   /* 0 = no cap */
+                uint64_t max_record_age_ms;     /* 0 = off */
+                cfg_age_action_t max_record_age_action;
         } batching;
 
         struct {

@@ -40,6 +40,8 @@
 #include "daemon/metrics.h"
 #include "daemon/pipebench.h"
 #include "daemon/pipeline.h"
+#include "daemon/probes.h"
+#include "daemon/rectime.h"
 #include "core/labels.h"
 #include "core/model.h"
 #include "core/units.h"
@@ -482,14 +484,52 @@ static void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_lis
                 batch_offsets_revoke(d->offsets, parts->elems[i].topic, parts->elems[i].partition);
 }
 
-static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
-        daemon_t *d = userdata;
-        pipeline_ticket_t *t = m->_private;     /* ours from here: the pipeline handed it over */
+/* A record is finished (its output acknowledged, or skipped without one):
+ * marks its offset done, and stores it (or notes it for the open
+ * transaction) when that advances its partition. Frees t. */
+static void daemon_ticket_done(daemon_t *d, pipeline_ticket_t *t) {
         const char *topic;
         int32_t partition;
         int64_t next;
         errbuf_t err = {};
         int r;
+
+        if (t->part_id > 0) {
+                r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
+                if (r == 1 && daemon_eos(d)) {
+                        if (daemon_txn_note(d, topic, partition, next) < 0) {
+                                log_error("Out of memory noting an offset for the transaction");
+                                daemon_fail(d, 1);
+                        }
+                } else if (r == 1) {
+                        if (kafka_store_offset(d->kafka, topic, partition, next, &err) < 0)
+                                log_warning("%s", err.msg);
+                        else
+                                d->stored_uncommitted = true;
+                }
+        }
+        free(t);
+}
+
+/* pipeline_ops_t.skipped: an expired record finished without output. Under
+ * exactly-once its offset goes into a transaction like any other, so one is
+ * opened if none is (no output opened one): the commit point commits it. */
+static void daemon_pipeline_skipped(void *userdata, pipeline_ticket_t *t) {
+        daemon_t *d = userdata;
+        errbuf_t err = {};
+
+        if (daemon_eos(d) && !kafka_txn_is_open(d->kafka) && kafka_txn_begin(d->kafka, &err) < 0) {
+                log_error("%s; stopping", err.msg);
+                free(t);
+                daemon_fail(d, 1);
+                return;
+        }
+        daemon_ticket_done(d, t);
+}
+
+static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
+        daemon_t *d = userdata;
+        pipeline_ticket_t *t = m->_private;     /* ours from here: the pipeline handed it over */
 
         if (!t)
                 return;
@@ -508,25 +548,15 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         if (!t->dlq && t->timestamp_ms >= 0) {
                 struct timespec ts;
 
+                /* The two clocks read together: the stages (monotonic
+                 * after the take) add up to the latency (realtime). */
                 clock_gettime(CLOCK_REALTIME, &ts);
                 metrics_hist_observe(&d->latency, ((double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6 -
                                                    (double)t->timestamp_ms) / 1e3);
+                if (d->pipeline)
+                        pipeline_delivered(d->pipeline, t, daemon_now_us());
         }
-        if (t->part_id > 0) {
-                r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
-                if (r == 1 && daemon_eos(d)) {
-                        if (daemon_txn_note(d, topic, partition, next) < 0) {
-                                log_error("Out of memory noting an offset for the transaction");
-                                daemon_fail(d, 1);
-                        }
-                } else if (r == 1) {
-                        if (kafka_store_offset(d->kafka, topic, partition, next, &err) < 0)
-                                log_warning("%s", err.msg);
-                        else
-                                d->stored_uncommitted = true;
-                }
-        }
-        free(t);
+        daemon_ticket_done(d, t);
 }
 
 static void daemon_on_fatal(void *userdata, const char *reason) {
@@ -983,6 +1013,17 @@ static void daemon_reload(daemon_t *d) {
                         /* 0 lifts the cap; a batch waiting for it goes now. */
                         d->cfg->batching.max_images_per_s = next->batching.max_images_per_s;
                         pipeline_set_max_images_per_s(d->pipeline, next->batching.max_images_per_s);
+                } else if (!strcmp(c->section, "batching") && (!strcmp(c->key, "max_record_age") ||
+                                                               !strcmp(c->key, "max_record_age_action"))) {
+                        d->cfg->batching.max_record_age_ms = next->batching.max_record_age_ms;
+                        d->cfg->batching.max_record_age_action = next->batching.max_record_age_action;
+                        pipeline_set_max_record_age(d->pipeline, next->batching.max_record_age_ms,
+                                                    next->batching.max_record_age_action == CFG_AGE_SKIP);
+                } else if (!strcmp(c->section, "service") &&
+                           (!strcmp(c->key, "trace_headers") || !strcmp(c->key, "timing_header"))) {
+                        d->cfg->service.trace_headers = next->service.trace_headers;
+                        d->cfg->service.timing_header = next->service.timing_header;
+                        pipeline_set_headers(d->pipeline, next->service.trace_headers, next->service.timing_header);
                 } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
                         int got = pipeline_set_max_batch(d->pipeline, next->memory.max_batch);
 
@@ -1093,6 +1134,10 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
                 st = (pipeline_stats_t){};      /* starting: no pipeline yet */
         s.predicted = st.predictions_out;
         s.dead_lettered = st.dlq_out;
+        s.expired = st.expired_skipped;
+        s.stage_seconds = st.stage_seconds;
+        s.stage_names = rectime_stage_names;
+        s.n_stages = RECTIME_STAGES;
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;
@@ -1146,8 +1191,23 @@ static int daemon_text(httpd_response_t *ret, unsigned status, const char *text)
         return 0;
 }
 
+/* GET /readyz's state (probes.h). */
+static void daemon_probes_state(const daemon_t *d, probes_state_t *ret) {
+        kafka_health_t h = d->kafka ? kafka_get_health(d->kafka) : KAFKA_HEALTH_OK;
+
+        *ret = (probes_state_t){
+                .started = d->started,
+                .draining = d->draining || d->exit_status,
+                .reloading = d->reloading,
+                .auth_failed = h == KAFKA_HEALTH_AUTH_FAILED,
+                .kafka_unreachable = h == KAFKA_HEALTH_UNREACHABLE,
+                .assigned_partitions = d->kafka ? kafka_get_assigned(d->kafka) : 0,
+        };
+}
+
 static int daemon_on_http(void *userdata, const char *path, httpd_response_t *ret) {
         daemon_t *d = userdata;
+        probes_state_t ps;
         const char *state;
 
         if (!strcmp(path, "/metrics")) {
@@ -1168,7 +1228,15 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
                 }
                 return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
         }
-        return daemon_text(ret, 404, "not found: GET /metrics or /healthz");
+        if (!strcmp(path, "/livez"))
+                /* Answered on the loop thread: the loop turns. */
+                return daemon_text(ret, 200, "alive");
+        if (!strcmp(path, "/readyz")) {
+                daemon_probes_state(d, &ps);
+                state = probes_ready_reason(&ps);
+                return daemon_text(ret, state ? 503 : 200, state ? state : "ready");
+        }
+        return daemon_text(ret, 404, "not found: GET /metrics, /healthz, /livez or /readyz");
 }
 
 /* The endpoint first, before anything slow: a port that cannot be bound
@@ -1178,7 +1246,7 @@ static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
                 .tls_cert_path = d->cfg->metrics.tls_cert[0] ? d->cfg->metrics.tls_cert : NULL,
                 .tls_key_path = d->cfg->metrics.tls_key[0] ? d->cfg->metrics.tls_key : NULL,
                 .users_path = d->cfg->metrics.basic_auth_users[0] ? d->cfg->metrics.basic_auth_users : NULL,
-                .open_path = d->cfg->metrics.auth_healthz ? NULL : "/healthz",
+                .open_paths = d->cfg->metrics.auth_healthz ? NULL : "/healthz /livez /readyz",
         };
         int r;
 
@@ -1192,9 +1260,10 @@ static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
         if (r < 0)
                 return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
         sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
-        log_info("Metrics on %s://%s/metrics and /healthz%s%s", sec.tls_cert_path ? "https" : "http",
-                 d->cfg->metrics.listen, sec.users_path ? ", basic auth on " : "",
-                 sec.users_path ? (sec.open_path ? "/metrics (/healthz open)" : "both") : "");
+        log_info("Metrics on %s://%s/metrics, probes on /livez and /readyz (and /healthz)%s%s",
+                 sec.tls_cert_path ? "https" : "http", d->cfg->metrics.listen,
+                 sec.users_path ? "; basic auth on " : "",
+                 sec.users_path ? (sec.open_paths ? "/metrics (the probes open)" : "all") : "");
         return 0;
 }
 
@@ -1388,6 +1457,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 .arm_delay = daemon_pipeline_arm_delay,
                 .pump_later = daemon_pipeline_pump_later,
                 .arm_hold = daemon_pipeline_arm_hold,
+                .skipped = daemon_pipeline_skipped,
         };
         pipeline_config_t pcfg;
         pipeline_stats_t st;
@@ -1497,6 +1567,10 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 .top_k = d->cfg->service.top_k,
                 .max_delay_ms = d->cfg->batching.max_delay_ms,
                 .max_images_per_s = d->cfg->batching.max_images_per_s,
+                .max_record_age_ms = d->cfg->batching.max_record_age_ms,
+                .expired_skip = d->cfg->batching.max_record_age_action == CFG_AGE_SKIP,
+                .trace_headers = d->cfg->service.trace_headers,
+                .timing_header = d->cfg->service.timing_header,
                 .meta = {
                         .model_id = d->model->id,
                         .backend = engine_backend(d->engine),

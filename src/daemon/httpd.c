@@ -40,11 +40,26 @@ struct httpd {
         httpd_handler_fn handler;
         void *userdata;
         httpd_auth_t *auth;             /* owned; NULL = no basic auth */
-        char *open_path;                /* owned; served without auth, or NULL */
+        char *open_paths;               /* owned; space-separated paths served without auth, or NULL */
         char *tls_cert, *tls_key;       /* owned PEM text, for libmicrohttpd's life */
 };
 
 #define HTTPD_REALM "inferd"
+
+/* Whether url is one of h->open_paths, served without basic auth. */
+static bool httpd_is_open(const httpd_t *h, const char *url) {
+        size_t n = strlen(url);
+
+        for (const char *p = h->open_paths; p && *p;) {
+                size_t len = strcspn(p, " ");
+
+                if (len == n && !strncmp(p, url, n))
+                        return true;
+                p += len;
+                p += strspn(p, " ");
+        }
+        return false;
+}
 
 /* MHD_run passes httpd_serve_pending makes. */
 #define HTTPD_PENDING_PASSES 4
@@ -128,7 +143,7 @@ static enum MHD_Result httpd_on_request(void *cls, struct MHD_Connection *c, con
         }
         if (*upload_data_size)
                 return MHD_NO;          /* a GET with a body: drop the connection */
-        if (h->auth && !(h->open_path && strcmp(url, h->open_path) == 0)) {
+        if (h->auth && !httpd_is_open(h, url)) {
                 char *password = NULL, *user = MHD_basic_auth_get_username_password(c, &password);
                 bool ok = user && password && httpd_auth_check(h->auth, user, password);
                 struct MHD_Response *deny;
@@ -225,7 +240,7 @@ static int httpd_load_security(httpd_t *h, const httpd_security_t *sec, errbuf_t
                 if (r < 0)
                         return r;
         }
-        if (sec->open_path && !(h->open_path = strdup(sec->open_path)))
+        if (sec->open_paths && !(h->open_paths = strdup(sec->open_paths)))
                 return -ENOMEM;
         return 0;
 }
@@ -306,7 +321,7 @@ void httpd_free(httpd_t *h) {
         if (h->listen_fd >= 0)
                 close(h->listen_fd);
         httpd_auth_free(h->auth);
-        free(h->open_path);
+        free(h->open_paths);
         free(h->tls_cert);
         if (h->tls_key)
                 explicit_bzero(h->tls_key, strlen(h->tls_key));

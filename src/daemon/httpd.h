@@ -51,7 +51,7 @@ typedef struct httpd_security {
         const char *tls_cert_path;      /* PEM certificate (chain); with tls_key_path */
         const char *tls_key_path;       /* PEM private key, unencrypted */
         const char *users_path;         /* user:bcrypt lines (httpd_auth_load) */
-        const char *open_path;          /* one path served without auth, e.g. "/healthz" */
+        const char *open_paths;         /* space-separated paths served without auth, e.g. "/healthz /livez" */
 } httpd_security_t;
 
 /* httpd_new, over TLS and/or with basic auth as sec says. The files are read

@@ -52,6 +52,11 @@ struct kafka {
         int error_codes[KAFKA_ERROR_KINDS_MAX];
         size_t n_errors;
         kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
+
+        /* For /readyz (kafka_get_health): set by the errors that say so,
+         * cleared by the events that prove otherwise. */
+        bool brokers_down;              /* ALL_BROKERS_DOWN, until a broker is UP again (statistics) */
+        bool auth_failed;               /* authentication or authorization refused, until a record flows */
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -140,11 +145,37 @@ static void kafka_count_error(kafka_t *k, int err) {
         k->n_errors++;
 }
 
+/* Whether err says the cluster refused who we are (SASL, SSL, ACLs). */
+static bool kafka_is_auth_error(int err) {
+        if (kafka_auth_kind(err))       /* a refused TLS handshake or SASL authentication */
+                return true;
+        switch (err) {
+        case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                return true;
+        }
+        return false;
+}
+
+/* Something worked end to end (a record consumed, an output acknowledged,
+ * partitions assigned): the cluster is reachable and accepts us. */
+static void kafka_health_ok(kafka_t *k) {
+        k->brokers_down = false;
+        k->auth_failed = false;
+        kafka_auth_clear(&k->auth);
+}
+
 static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
         kafka_t *k = opaque;
         char fatal[512];
 
         kafka_count_error(k, err);
+        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+                k->brokers_down = true;
+        if (kafka_is_auth_error(err))
+                k->auth_failed = true;
         if (err == RD_KAFKA_RESP_ERR__FATAL) {
                 rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
                 log_error("Kafka fatal error: %s", fatal);
@@ -165,7 +196,7 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
         (void)rk;
         if (!m->err)
-                kafka_auth_clear(&k->auth);
+                kafka_health_ok(k);
         if (k->cb.delivered)
                 k->cb.delivered(k->userdata, m);
 }
@@ -234,6 +265,11 @@ static int kafka_stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opa
         }
         parts = json_object_get(json_object_get(json_object_get(root, "topics"), k->cfg->kafka.input_topic),
                                 "partitions");
+        /* A broker the consumer is connected to again ends an outage. */
+        json_object_foreach(json_object_get(root, "brokers"), key, v)
+                if (kafka_json_int(v, "nodeid") >= 0 && json_is_string(json_object_get(v, "state")) &&
+                    !strcmp(json_string_value(json_object_get(v, "state")), "UP"))
+                        k->brokers_down = false;
         json_object_foreach(parts, key, v) {
                 int64_t id = kafka_json_int(v, "partition"), hw, pos;
                 kafka_part_t *p;
@@ -284,6 +320,14 @@ int kafka_get_assigned(const kafka_t *k) {
         return n;
 }
 
+kafka_health_t kafka_get_health(const kafka_t *k) {
+        if (k->auth_failed)
+                return KAFKA_HEALTH_AUTH_FAILED;
+        if (k->brokers_down)
+                return KAFKA_HEALTH_UNREACHABLE;
+        return KAFKA_HEALTH_OK;
+}
+
 size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret) {
         *ret = k->errors;
         return k->n_errors;
@@ -314,7 +358,7 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         break;
                 }
                 kafka_parts_assigned(k, parts, true);
-                kafka_auth_clear(&k->auth);
+                kafka_health_ok(k);
                 if (k->cb.assigned)
                         k->cb.assigned(k->userdata, parts);
                 /* Set the pause state either way: librdkafka keeps a
@@ -602,6 +646,7 @@ int kafka_consume(kafka_t *k, rd_kafka_message_t **ret) {
         if (!m->err) {
                 kafka_part_t *p = kafka_part(k, m->partition, false);
 
+                kafka_health_ok(k);
                 if (p)
                         p->last_taken_ts_ms = rd_kafka_message_timestamp(m, NULL);
         }

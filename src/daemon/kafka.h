@@ -133,6 +133,19 @@ size_t kafka_get_lag(const kafka_t *k, metrics_lag_t *out, size_t max, int64_t n
 /* Partitions currently assigned, as the rebalance callbacks saw them. */
 int kafka_get_assigned(const kafka_t *k);
 
+/* What the last errors said of the cluster, for /readyz: AUTH_FAILED after
+ * an authentication or authorization error (SASL, SSL, ACLs), UNREACHABLE
+ * after librdkafka's ALL_BROKERS_DOWN; each holds until something proves it
+ * over (a record consumed, an output acknowledged, partitions assigned;
+ * for UNREACHABLE also a broker UP in the statistics). */
+typedef enum kafka_health {
+        KAFKA_HEALTH_OK,
+        KAFKA_HEALTH_UNREACHABLE,
+        KAFKA_HEALTH_AUTH_FAILED,
+} kafka_health_t;
+
+kafka_health_t kafka_get_health(const kafka_t *k);
+
 /* Errors by kind since kafka_new; *ret points into k. */
 size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret);
 

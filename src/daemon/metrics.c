@@ -22,6 +22,12 @@
 static const double metrics_batch_size_bounds[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 };
 static const double metrics_batch_seconds_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                        0.25,  0.5,    1,     2.5,  5,     10,   30 };
+/* A stage of one record: 50 us resolves a GPU batch's engine time and a
+ * raw record's decode (none), seconds a CPU batch, minutes a queue after an
+ * outage. 20 bounds, METRICS_HIST_BUCKETS_MAX. */
+static const double metrics_stage_seconds_bounds[] = { 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                       0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,
+                                                       2.5,     5,      10,      30,     120,   600 };
 static const double metrics_latency_seconds_bounds[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                          2.5,   5,    10,    30,   60,  120,  300, 600 };
 
@@ -41,6 +47,10 @@ void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind) {
         case METRICS_HIST_LATENCY_SECONDS:
                 h->bounds = metrics_latency_seconds_bounds;
                 h->n_bounds = METRICS_N(metrics_latency_seconds_bounds);
+                break;
+        case METRICS_HIST_STAGE_SECONDS:
+                h->bounds = metrics_stage_seconds_bounds;
+                h->n_bounds = METRICS_N(metrics_stage_seconds_bounds);
                 break;
         }
 }
@@ -94,18 +104,39 @@ static void metrics_counts(FILE *f, const char *name, const char *label, const c
         }
 }
 
-static void metrics_histogram(FILE *f, const char *name, const char *help, const metrics_hist_t *h) {
+/* One histogram's series; label is "" or `name="value",` put before le. */
+static void metrics_histogram_series(FILE *f, const char *name, const char *label, const metrics_hist_t *h) {
         uint64_t cum = 0;
+        size_t n = strlen(label);
 
-        metrics_head(f, name, "histogram", help);
-        if (!h)
-                return;
         for (int i = 0; i < h->n_bounds; i++) {
                 cum += h->counts[i];
-                fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, h->bounds[i], cum);
+                fprintf(f, "%s_bucket{%sle=\"%g\"} %" PRIu64 "\n", name, label, h->bounds[i], cum);
         }
-        fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
-        fprintf(f, "%s_sum %.17g\n%s_count %" PRIu64 "\n", name, h->sum, name, h->count);
+        fprintf(f, "%s_bucket{%sle=\"+Inf\"} %" PRIu64 "\n", name, label, h->count);
+        /* The label without its trailing comma, in braces, or nothing. */
+        fprintf(f, "%s_sum%s%.*s%s %.17g\n", name, n ? "{" : "", n ? (int)n - 1 : 0, label, n ? "}" : "", h->sum);
+        fprintf(f, "%s_count%s%.*s%s %" PRIu64 "\n", name, n ? "{" : "", n ? (int)n - 1 : 0, label, n ? "}" : "",
+                h->count);
+}
+
+static void metrics_histogram(FILE *f, const char *name, const char *help, const metrics_hist_t *h) {
+        metrics_head(f, name, "histogram", help);
+        if (h)
+                metrics_histogram_series(f, name, "", h);
+}
+
+/* A histogram family with one series per value of label (names[i] for
+ * h[i]); label values are plain words here, not escaped. */
+static void metrics_histograms(FILE *f, const char *name, const char *label, const char *help,
+                               const metrics_hist_t *h, const char *const *names, int n) {
+        char l[96];
+
+        metrics_head(f, name, "histogram", help);
+        for (int i = 0; h && i < n; i++) {
+                snprintf(l, sizeof(l), "%s=\"%s\",", label, names[i]);
+                metrics_histogram_series(f, name, l, &h[i]);
+        }
 }
 
 static void metrics_plan(FILE *f, const plan_t *p) {
@@ -225,9 +256,11 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
         if (!f)
                 return -ENOMEM;
         metrics_head(f, "inferd_records_total", "counter",
-                     "Records finished: a prediction or a DLQ copy handed to the producer.");
+                     "Records finished: a prediction or a DLQ copy handed to the producer, or (expired) one past "
+                     "[batching] max_record_age committed without a copy (max_record_age_action = skip).");
         fprintf(f, "inferd_records_total{outcome=\"predicted\"} %" PRIu64 "\n", s->predicted);
         fprintf(f, "inferd_records_total{outcome=\"dead_lettered\"} %" PRIu64 "\n", s->dead_lettered);
+        fprintf(f, "inferd_records_total{outcome=\"expired\"} %" PRIu64 "\n", s->expired);
         metrics_counts(f, "inferd_dead_letters_total", "code", "Records sent to the DLQ, by their inferd-error code.",
                        s->dead_letters, s->n_dead_letters);
         metrics_counter(f, "inferd_batches_total", "Batches submitted to the engine.", s->batches);
@@ -236,6 +269,10 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
                           s->batch_seconds);
         metrics_histogram(f, "inferd_record_latency_seconds",
                           "From a record's Kafka timestamp to its prediction's delivery report.", s->latency_seconds);
+        metrics_histograms(f, "inferd_stage_duration_seconds", "stage",
+                           "A prediction's time in each stage, one observation per record and stage (engine: its "
+                           "batch's time); the stages of a record add up to its inferd_record_latency_seconds.",
+                           s->stage_seconds, s->stage_names, s->n_stages);
         metrics_kafka(f, s);
         metrics_gauge(f, "inferd_slots", "Pipeline slots (batches that can be in flight at once).", s->slots);
         metrics_gauge(f, "inferd_slots_busy", "Pipeline slots submitted and not yet complete.", s->slots_busy);

@@ -21,6 +21,7 @@
 #include "daemon/log.h"
 #include "daemon/ratelimit.h"
 #include "core/record.h"
+#include "core/units.h"
 
 #define PIPELINE_PUMP_BUDGET 512
 
@@ -30,7 +31,7 @@
 #define PIPELINE_DLQ_CODES_MAX 16
 static const char *const pipeline_dlq_known[] = {
         RECORD_ERR_BAD_SIZE,    RECORD_ERR_BAD_CONTENT_TYPE,  RECORD_ERR_DECODE_FAILED,
-        RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT,
+        RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT, RECORD_ERR_EXPIRED,
 };
 
 struct pipeline {
@@ -47,6 +48,9 @@ struct pipeline {
         int engine_top_k;               /* the top-k the engine computes (a live top_k may only go below) */
         int top_k;                      /* live */
         int max_delay_ms;               /* live */
+        uint64_t max_record_age_ms;     /* live; 0 = no deadline */
+        bool expired_skip;              /* live: past it, commit without output */
+        bool trace_headers, timing_header;      /* live */
         int *slot_produced;             /* (depth) records of a DONE slot already produced */
 
         /* Decoding (when decode is not NULL): one job per slot position,
@@ -95,6 +99,9 @@ struct pipeline {
         size_t n_dlq_codes, n_dlq_known;
         metrics_hist_t batch_size, batch_seconds;
         uint64_t *slot_submitted_us;    /* (depth) when the engine was given the slot */
+        rectime_t *times;               /* (depth * capacity) each position's record's times */
+        uint64_t expired_skipped;
+        metrics_hist_t stage_seconds[RECTIME_STAGES];
 };
 
 uint64_t pipeline_now_us(void) {
@@ -180,8 +187,21 @@ static void pipeline_count_dlq(pipeline_t *p, const char *code) {
         }
 }
 
-static rd_kafka_headers_t *pipeline_source_headers(const rd_kafka_message_t *m) {
-        rd_kafka_headers_t *h = rd_kafka_headers_new(4), *in = NULL;
+/* The headers copied from an input record to its outputs, as they were:
+ * correlation-id always, the W3C trace context with [service]
+ * trace_headers. */
+static const char *const pipeline_copied_headers[] = { "correlation-id", "traceparent", "tracestate" };
+#define PIPELINE_N_COPIED(p) ((p)->trace_headers ? 3 : 1)
+
+static bool pipeline_is_copied_header(const pipeline_t *p, const char *name) {
+        for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
+                if (!strcmp(name, pipeline_copied_headers[i]))
+                        return true;
+        return false;
+}
+
+static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const rd_kafka_message_t *m) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8), *in = NULL;
         const void *v;
         size_t len;
         char num[32];
@@ -193,9 +213,11 @@ static rd_kafka_headers_t *pipeline_source_headers(const rd_kafka_message_t *m) 
         rd_kafka_header_add(h, "inferd-source-partition", -1, num, -1);
         snprintf(num, sizeof(num), "%" PRId64, m->offset);
         rd_kafka_header_add(h, "inferd-source-offset", -1, num, -1);
-        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-            rd_kafka_header_get_last(in, "correlation-id", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                rd_kafka_header_add(h, "correlation-id", -1, v, (ssize_t)len);
+        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
+                        if (rd_kafka_header_get_last(in, pipeline_copied_headers[i], &v, &len) ==
+                            RD_KAFKA_RESP_ERR_NO_ERROR)
+                                rd_kafka_header_add(h, pipeline_copied_headers[i], -1, v, (ssize_t)len);
         return h;
 }
 
@@ -242,7 +264,7 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
                 h = rd_kafka_headers_copy(in);
         else
-                h = pipeline_source_headers(m);
+                h = pipeline_source_headers(p, m);
         t = pipeline_ticket_new(m, true);
         if (!h || !t) {
                 r = -ENOMEM;
@@ -250,14 +272,14 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         }
         if (in) {
                 /* Copied the original headers: add where it came from. */
-                rd_kafka_headers_t *src = pipeline_source_headers(m);
+                rd_kafka_headers_t *src = pipeline_source_headers(p, m);
                 size_t i = 0;
                 const char *name;
                 const void *v;
                 size_t len;
 
                 while (src && rd_kafka_header_get_all(src, i++, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                        if (strcmp(name, "correlation-id") != 0)
+                        if (!pipeline_is_copied_header(p, name))        /* already there */
                                 rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
                 if (src)
                         rd_kafka_headers_destroy(src);
@@ -318,8 +340,20 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                         e->msg = NULL;
                         continue;
                 }
-                h = pipeline_source_headers(m);
+                h = pipeline_source_headers(p, m);
                 t = pipeline_ticket_new(m, false);
+                if (t && engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
+                        t->times = p->times[slot * p->capacity + i];
+                        t->timed = t->timestamp_ms >= 0;
+                }
+                if (h && p->timing_header) {
+                        double stages[RECTIME_STAGES];
+                        char timing[128];
+
+                        rectime_stages(&p->times[slot * p->capacity + i], t_now, stages);
+                        if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
+                                rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
+                }
                 if (!engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
                         /* No prediction: the record goes to the DLQ instead,
                          * under the offset it was tracked with. */
@@ -409,6 +443,8 @@ static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
         p->batches++;
         p->batch_records += (uint64_t)n;
         p->slot_submitted_us[slot] = pipeline_now_us();
+        for (int i = 0; i < n; i++)
+                p->times[slot * p->capacity + i].submitted_us = p->slot_submitted_us[slot];
         metrics_hist_observe(&p->batch_size, n);
         log_debug_f(((log_fields_t){ LOG_BATCH(n) }), "Submitted slot %d", slot);
         return 0;
@@ -473,6 +509,7 @@ int pipeline_decoded(pipeline_t *p) {
 
                 assert(pos >= 0 && slot < batch_depth(p->batch) && p->slot_decoding[slot] > 0);
                 p->refused[pos] = j->r < 0;
+                p->times[pos].decoded_us = pipeline_now_us();
                 if (--p->slot_decoding[slot] == 0 && p->slot_waiting[slot] > 0) {
                         int n = p->slot_waiting[slot];
 
@@ -544,6 +581,8 @@ int pipeline_reap(pipeline_t *p) {
                         continue;
                 }
                 p->last_progress_us = pipeline_now_us();
+                for (int i = 0; i < batch_slot_count(p->batch, slot); i++)
+                        p->times[slot * p->capacity + i].done_us = p->last_progress_us;
                 metrics_hist_observe(&p->batch_seconds,
                                      (double)(p->last_progress_us - p->slot_submitted_us[slot]) / 1e6);
                 log_debug_f(((log_fields_t){ LOG_BATCH(batch_slot_count(p->batch, slot)) }), "Slot %d complete",
@@ -560,6 +599,50 @@ int pipeline_reap(pipeline_t *p) {
 
 /* --- records in ----------------------------------------------------------- */
 
+/* A record past [batching] max_record_age (age_ms old): to the DLQ as
+ * expired, or with the skip action finished at once without output (the
+ * owner stores its offset: ops->skipped). Returns as pipeline_take. */
+static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms) {
+        char detail[192], limit[32];
+        int r;
+
+        if (p->expired_skip && p->ops.skipped) {
+                pipeline_ticket_t *t = pipeline_ticket_new(m, false);
+
+                if (!t) {
+                        log_error("Out of memory skipping an expired record");
+                        pipeline_track(p, m);   /* never done: redelivered */
+                        rd_kafka_message_destroy(m);
+                        pipeline_fail(p, 1);
+                        return 0;
+                }
+                t->part_id = pipeline_track(p, m);
+                p->records_in++;
+                p->expired_skipped++;
+                log_debug_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
+                                             LOG_OFFSET(m->offset), LOG_ERROR_CODE(RECORD_ERR_EXPIRED) }),
+                            "Record skipped: %.3f s old, past [batching] max_record_age", (double)age_ms / 1e3);
+                rd_kafka_message_destroy(m);
+                p->ops.skipped(p->userdata, t);         /* t is the owner's now */
+                return 0;
+        }
+        snprintf(detail, sizeof(detail),
+                 "the record was %.3f s old when taken (by its Kafka timestamp), past [batching] "
+                 "max_record_age = %s", (double)age_ms / 1e3,
+                 units_format_duration_ms(p->max_record_age_ms, limit, sizeof(limit)));
+        r = pipeline_dead_letter(p, m, RECORD_ERR_EXPIRED, detail, PIPELINE_TRACK_NOW);
+        if (r == -ENOBUFS)
+                return r;
+        if (r < 0) {
+                pipeline_track(p, m);           /* never done: redelivered */
+                rd_kafka_message_destroy(m);
+                pipeline_fail(p, 1);
+                return 0;
+        }
+        p->records_in++;
+        return 0;
+}
+
 /* Handles one consumed message. Returns 0 when it was handled (and
  * consumed), -ENOBUFS when it cannot be placed now (the caller keeps it). */
 static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
@@ -571,6 +654,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         errbuf_t err = {};
         batch_entry_t *e;
         void *dst;
+        int64_t age_ms;
         int slot, idx, full, r;
 
         if (m->err) {
@@ -587,6 +671,10 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 rd_kafka_message_destroy(m);
                 return 0;
         }
+        /* The deadline: before anything is spent on the record. */
+        if (p->max_record_age_ms &&
+            rectime_expired(rd_kafka_message_timestamp(m, NULL), rectime_now_ms(), p->max_record_age_ms, &age_ms))
+                return pipeline_expire(p, m, age_ms);
         if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR)
                 rd_kafka_header_get_last(hdrs, "content-type", &ct, &ct_len);
 
@@ -622,6 +710,11 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         assert(full >= 0);
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = pipeline_track(p, m);
+        p->times[slot * p->capacity + idx] = (rectime_t){
+                .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
+                .taken_us = e->arrived_us,
+                .decoded_us = record_is_encoded(fmt) ? 0 : e->arrived_us,
+        };
         if (record_is_encoded(fmt)) {
                 /* A decode thread writes the slot's record, placed as RGB8;
                  * the message (and so its payload) stays in the slot until
@@ -858,12 +951,18 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         p->engine_top_k = engine_plan_of(cfg->engine)->top_k;
         p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
         p->max_delay_ms = cfg->max_delay_ms;
+        p->max_record_age_ms = cfg->max_record_age_ms;
+        p->expired_skip = cfg->expired_skip;
+        p->trace_headers = cfg->trace_headers;
+        p->timing_header = cfg->timing_header;
         p->last_progress_us = pipeline_now_us();
         for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)
                 p->dlq_codes[p->n_dlq_codes++] = (metrics_count_t){ .label = pipeline_dlq_known[i] };
         p->n_dlq_known = p->n_dlq_codes;
         metrics_hist_init(&p->batch_size, METRICS_HIST_BATCH_SIZE);
         metrics_hist_init(&p->batch_seconds, METRICS_HIST_BATCH_SECONDS);
+        for (int i = 0; i < RECTIME_STAGES; i++)
+                metrics_hist_init(&p->stage_seconds[i], METRICS_HIST_STAGE_SECONDS);
         r = batch_new(&p->batch, engine_slots(cfg->engine), engine_max_batch(cfg->engine));
         if (r < 0)
                 goto fail;
@@ -877,6 +976,11 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 goto fail;
         }
         p->capacity = batch_capacity(p->batch);
+        p->times = calloc((size_t)engine_slots(cfg->engine) * (size_t)p->capacity, sizeof(*p->times));
+        if (!p->times) {
+                r = -ENOMEM;
+                goto fail;
+        }
         if (cfg->decode) {
                 size_t positions = (size_t)engine_slots(cfg->engine) * (size_t)p->capacity;
 
@@ -916,6 +1020,7 @@ void pipeline_free(pipeline_t *p) {
         batch_free(p->batch);
         free(p->slot_produced);
         free(p->slot_submitted_us);
+        free(p->times);
         for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
                 free((char *)p->dlq_codes[i].label);
         free(p->jobs);
@@ -935,6 +1040,26 @@ int pipeline_set_top_k(pipeline_t *p, int top_k) {
 
 void pipeline_set_max_delay_ms(pipeline_t *p, int max_delay_ms) {
         p->max_delay_ms = max_delay_ms;
+}
+
+void pipeline_set_max_record_age(pipeline_t *p, uint64_t max_age_ms, bool skip) {
+        p->max_record_age_ms = max_age_ms;
+        p->expired_skip = skip;
+}
+
+void pipeline_set_headers(pipeline_t *p, bool trace_headers, bool timing_header) {
+        p->trace_headers = trace_headers;
+        p->timing_header = timing_header;
+}
+
+void pipeline_delivered(pipeline_t *p, const pipeline_ticket_t *t, uint64_t now_us) {
+        double stages[RECTIME_STAGES];
+
+        if (!t->timed)
+                return;
+        rectime_stages(&t->times, now_us, stages);
+        for (int i = 0; i < RECTIME_STAGES; i++)
+                metrics_hist_observe(&p->stage_seconds[i], stages[i]);
 }
 
 /* After a live change, the FILLING slot is looked at again: a capped one
@@ -989,12 +1114,14 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .records_in = p->records_in,
                 .predictions_out = p->predictions_out,
                 .dlq_out = p->dlq_out,
+                .expired_skipped = p->expired_skipped,
                 .batches = p->batches,
                 .batch_records = p->batch_records,
                 .dlq_codes = p->dlq_codes,
                 .n_dlq_codes = p->n_dlq_codes,
                 .batch_size = &p->batch_size,
                 .batch_seconds = &p->batch_seconds,
+                .stage_seconds = p->stage_seconds,
                 .slots = batch_depth(p->batch),
                 .slots_in_flight = batch_in_flight(p->batch),
                 .records_in_slots = batch_records_held(p->batch),

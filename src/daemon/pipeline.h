@@ -1,6 +1,8 @@
 /* pipeline: the records' path, on the event loop thread.
  *
- *   consumer -> pipeline_pump -> take: classify
+ *   consumer -> pipeline_pump -> take: the deadline, then classify
+ *        past [batching] max_record_age -> the DLQ (expired), or with skip
+ *                finished at once without output (ops->skipped; tracked offset)
  *        bad  -> produce a copy to the DLQ                (tracked offset)
  *        good -> batch_add + copy into the engine's slot  (tracked offset)
  *        JPEG/PNG -> batch_add + a decode job writing the slot's record
@@ -24,6 +26,10 @@
  * under PIPELINE_HOLD_MAX_US takes nothing from the consumer; for a longer
  * one the next record is held and fetching paused at once.
  *
+ * Each record's clock readings (rectime.h) go with its prediction's ticket:
+ * the inferd-timing header is written from them, and the owner's delivery
+ * report observes the stage histograms (pipeline_delivered).
+ *
  * The pipeline knows nothing of its owner (the daemon): what it needs from
  * it goes up through pipeline_ops_t (stop with a failure, arm the
  * batch-delay timer, pump again soon), and the owner reads its counters with
@@ -44,6 +50,7 @@
 #include "daemon/batch.h"
 #include "daemon/kafka.h"
 #include "daemon/metrics.h"
+#include "daemon/rectime.h"
 #include "decode/pool.h"
 #include "engine/engine.h"
 #include "engine/prediction.h"
@@ -75,6 +82,8 @@ typedef struct pipeline_ticket {
         int32_t partition;
         bool dlq;               /* a DLQ copy, not a prediction */
         int64_t timestamp_ms;   /* the source record's Kafka timestamp (epoch ms); -1 = none */
+        bool timed;             /* a prediction whose times are read: times is valid */
+        rectime_t times;        /* the record's stages up to its batch's results (pipeline_delivered) */
 } pipeline_ticket_t;
 
 /* Calls up to the owner. All run on the loop thread, from inside the
@@ -96,6 +105,11 @@ typedef struct pipeline_ops {
          * stopped (records held, or closed) PIPELINE_HOLD_MAX_US before it. A timer of its
          * own: the batch-delay deadline may be armed at the same time. */
         void (*arm_hold)(void *userdata, uint64_t deadline_us);
+        /* A record was finished without any output ([batching]
+         * max_record_age_action = skip): handle t as a delivered one
+         * (store or note its offset). t is the owner's from here (free()).
+         * May be NULL for an owner that never sets the skip action. */
+        void (*skipped)(void *userdata, pipeline_ticket_t *t);
 } pipeline_ops_t;
 
 typedef struct pipeline_config {
@@ -108,6 +122,10 @@ typedef struct pipeline_config {
         int top_k;                      /* classes per prediction, clamped to the engine's top-k */
         int max_delay_ms;               /* how long a partial batch may wait for more */
         int max_images_per_s;           /* the throughput cap (token bucket before submission); 0 = none */
+        uint64_t max_record_age_ms;     /* the deadline on a record's Kafka timestamp when taken; 0 = none */
+        bool expired_skip;              /* past the deadline: commit without output (ops->skipped), not the DLQ */
+        bool trace_headers;             /* copy traceparent and tracestate to predictions */
+        bool timing_header;             /* add inferd-timing to predictions */
         prediction_meta_t meta;         /* copied; its strings and labels are borrowed */
         decode_pool_t *decode;          /* borrowed; NULL: JPEG/PNG records go to the DLQ undecoded. Its
                                          * capacity should be the engine's slots x batch. Free it before
@@ -121,12 +139,14 @@ typedef struct pipeline_stats {
         uint64_t records_in;            /* taken: packed into a slot or sent to the DLQ */
         uint64_t predictions_out;       /* predictions handed to the producer */
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
+        uint64_t expired_skipped;       /* past max_record_age, finished without output (skip) */
         uint64_t batches;               /* slots submitted */
         uint64_t batch_records;         /* records in those slots */
         const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */
         size_t n_dlq_codes;
         const metrics_hist_t *batch_size;       /* records per submitted batch */
         const metrics_hist_t *batch_seconds;    /* engine submit to reap */
+        const metrics_hist_t *stage_seconds;    /* (RECTIME_STAGES) per delivered prediction, by rectime_stage_t */
         /* Now. */
         int slots;                      /* the engine's pipeline depth */
         int slots_in_flight;            /* submitted, not yet complete */
@@ -216,6 +236,11 @@ void pipeline_begin_drain(pipeline_t *p);
  * is held). Reopening asks for a pump (ops->pump_later), which takes them. */
 void pipeline_set_intake(pipeline_t *p, bool open);
 
+/* A prediction's delivery report came at now_us (monotonic): observes its
+ * stages (rectime.h) when t->timed. The owner observes the record's
+ * latency from the same report. */
+void pipeline_delivered(pipeline_t *p, const pipeline_ticket_t *t, uint64_t now_us);
+
 /* Live changes (a reload). top_k above the engine's is -ERANGE (a restart
  * is needed); max_batch is clamped to 1..capacity and the value used is
  * returned. */
@@ -225,6 +250,9 @@ int pipeline_set_max_batch(pipeline_t *p, int max_batch);
 /* 0 lifts the cap: a batch waiting for it goes at once. The bucket keeps
  * what it had earned, up to one batch. */
 void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s);
+/* From the next record taken on. skip needs ops->skipped. */
+void pipeline_set_max_record_age(pipeline_t *p, uint64_t max_age_ms, bool skip);
+void pipeline_set_headers(pipeline_t *p, bool trace_headers, bool timing_header);
 
 /* After a model swap in place (engine_swap on the borrowed engine, with
  * nothing in the slots): predictions carry model_id and precision (borrowed

@@ -6,6 +6,7 @@ Used by tests/kafka/run. Inputs are kcat dumps, one record per line:
   predictions: %k TAB %h TAB %s
   dlq:         %k TAB %S TAB %h
   timed predictions (swap): %T TAB %k TAB %h TAB %s
+  age and trace: input as above; predictions and DLQ as %k TAB %h TAB %s
 Each subcommand prints one line and exits 0 (holds) or 1 (does not, with why).
 It checks records, not the daemon's logs.
 """
@@ -125,6 +126,111 @@ def cmd_dlq(inp, dlq):
     print('DLQ codes: ' + ', '.join(f'{c}={n}' for c, n in sorted(codes.items())))
 
 
+STAGES = ('queue', 'decode', 'batch_wait', 'engine', 'produce')
+
+
+def raw_inputs(path):
+    """key -> headers of the input dump (%p %o %k %S %h)."""
+    return {k: headers(h) for p, o, k, size, h in read(path, 5)}
+
+
+def cmd_age(inp, pred, dlq, old_prefix, min_age_s, max_age_s, limit):
+    """Keys starting with old_prefix (produced with old timestamps) are in the
+    DLQ once, with inferd-error expired and their age (min_age_s..max_age_s)
+    and the limit in the detail; every other key is predicted once and never
+    in the DLQ (future timestamps, young ones)."""
+    src = raw_inputs(inp)
+    old = {k for k in src if k.startswith(old_prefix)}
+    if not old:
+        fail(f'no input key starts with {old_prefix!r}')
+    dl = collections.Counter()
+    for k, h, _ in read(dlq, 3):
+        hd = headers(h)
+        dl[k] += 1
+        if k not in old:
+            fail(f'DLQ holds {k!r}, which was not old')
+        if hd.get('inferd-error') != 'expired':
+            fail(f'{k}: inferd-error {hd.get("inferd-error")!r}, expected expired')
+        m = re.search(r'was ([0-9.]+) s old when taken', hd.get('inferd-error-detail', ''))
+        if not m or not (min_age_s <= float(m.group(1)) <= max_age_s):
+            fail(f'{k}: detail {hd.get("inferd-error-detail")!r} does not give an age in {min_age_s}..{max_age_s} s')
+        if f'max_record_age = {limit}' not in hd['inferd-error-detail']:
+            fail(f'{k}: detail {hd["inferd-error-detail"]!r} does not name max_record_age = {limit}')
+    pr = collections.Counter(k for k, h, v in read(pred, 3))
+    if set(dl) != old or any(n != 1 for n in dl.values()):
+        fail(f'DLQ keys {sorted(dl.items())}, expected each of {sorted(old)} once')
+    if set(pr) & old:
+        fail(f'old records predicted: {sorted(set(pr) & old)}')
+    young = set(src) - old
+    if set(pr) != young or any(n != 1 for n in pr.values()):
+        fail(f'predictions {sorted(pr.items())}, expected each of {sorted(young)} once')
+    print(f'{len(old)} expired to the DLQ with their age, {len(young)} others predicted once')
+
+
+def cmd_trace(inp, out, present):
+    """Every output record (prediction or DLQ copy: %k %h %s) carries the
+    traceparent and tracestate of its input (present), or neither of them
+    (absent) while its input had them."""
+    src = raw_inputs(inp)
+    n = 0
+    for k, h, _ in read(out, 3):
+        hd, ih = headers(h), src.get(k)
+        if ih is None:
+            fail(f'output key {k!r} has no input')
+        for name in ('traceparent', 'tracestate'):
+            if name not in ih:
+                fail(f'input {k} has no {name}: produce it with --trace')
+            if present == 'present' and hd.get(name) != ih[name]:
+                fail(f'{k}: {name} {hd.get(name)!r}, its input had {ih[name]!r}')
+            if present == 'absent' and name in hd:
+                fail(f'{k}: {name} {hd[name]!r} copied with [service] trace_headers = no')
+        n += 1
+    if n == 0:
+        fail('no output records to look at')
+    print(f'{n} output(s): traceparent and tracestate {present}')
+
+
+def cmd_timing(inp, pred, present, ages):
+    """With present: every prediction's inferd-timing header is
+    queue=..;decode=..;batch_wait=..;engine=..;produce=.. in ms, each >= 0,
+    and its stages after the queue add up to the prediction's latency_ms
+    (the time from taken to produced) to within the rounding; each key
+    prefix=seconds of ages has a queue of at least that (its Kafka timestamp
+    was that old), prefix=-1 a queue of 0 (a timestamp in the future). With
+    absent: no prediction has the header."""
+    want = dict(a.split('=') for a in ages.split(',') if a) if ages else {}
+    n = 0
+    for k, h, v in read(pred, 3):
+        hd = headers(h)
+        n += 1
+        if present == 'absent':
+            if 'inferd-timing' in hd:
+                fail(f'{k}: inferd-timing {hd["inferd-timing"]!r} with [service] timing_header = no')
+            continue
+        t = hd.get('inferd-timing')
+        if t is None:
+            fail(f'{k}: no inferd-timing header')
+        parts = [p.split('=') for p in t.split(';')]
+        if [p[0] for p in parts] != list(STAGES) or any(len(p) != 2 for p in parts):
+            fail(f'{k}: inferd-timing {t!r} is not {"=..;".join(STAGES)}=..')
+        ms = {p[0]: float(p[1]) for p in parts}
+        if any(x < 0 for x in ms.values()):
+            fail(f'{k}: a negative stage in {t!r}')
+        lat = json.loads(v)['latency_ms']
+        after = sum(ms[s] for s in STAGES[1:])
+        if abs(after - lat) > 0.006:
+            fail(f'{k}: decode+batch_wait+engine+produce = {after:.3f} ms, latency_ms {lat} ({t})')
+        for prefix, sec in want.items():
+            if k.startswith(prefix):
+                if float(sec) < 0 and ms['queue'] != 0:
+                    fail(f'{k}: queue {ms["queue"]} ms for a timestamp in the future (want 0)')
+                if float(sec) >= 0 and ms['queue'] < float(sec) * 1e3:
+                    fail(f'{k}: queue {ms["queue"]} ms, its timestamp was {sec} s old')
+    if n == 0:
+        fail('no predictions to look at')
+    print(f'{n} prediction(s): inferd-timing {present}' + (', stages add up to latency_ms' if present == 'present' else ''))
+
+
 def cmd_formats(inp, pred):
     """Predictions exist for both raw formats, with and without content-type."""
     src = inputs(inp)
@@ -190,6 +296,13 @@ def main():
         cmd_swap(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == 'formats':
         cmd_formats(sys.argv[2], sys.argv[3])
+    elif cmd == 'age':
+        cmd_age(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6]), float(sys.argv[7]),
+                sys.argv[8])
+    elif cmd == 'trace':
+        cmd_trace(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == 'timing':
+        cmd_timing(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else '')
     else:
         fail(f'unknown command {cmd}')
 

@@ -172,6 +172,108 @@ kt_produce() {
         "$BUILD/inferd-produce" -b "$KT_BROKERS" -t "$t" "$@" >>"$KT_DIR/produce.log" 2>&1
 }
 
+# kt_age_test PREFIX DELIVERY ID offsets|no-offsets: [batching]
+# max_record_age, trace context and the timing header (tests/kafka/run's
+# kafka/age-*, trace-*, timing-*; kafka-real's age-eos-*), over the topics
+# PREFIX.images (1 partition), PREFIX.predictions, PREFIX.dlq; $CHECK and
+# dump_input are the caller's. One partition, in this order: 3 records 120 s old
+# (expired), 2 from 30 minutes in the future, 2 30 s old, 2 current, all with
+# trace context. Then SIGHUP to skip (and the headers off), one current
+# record, and once it is predicted 2 old ones last, so that only the skipped
+# ones can move the committed offset to the end.
+kt_age_test() {
+        local P=$1 mode=$2 t=$3 offsets=$4 port n0 i got want end why why2 rc
+        port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        kt_config "$P" "$P" "g-$P" "[kafka]" "delivery = $mode" "[batching]" "max_record_age = 60s" \
+                "[service]" "timing_header = yes" "[metrics]" "listen = 127.0.0.1:$port"
+        kt_produce $P.images --count 3 --keys ${P}old --seed 31 --age-ms 120000 --trace
+        kt_produce $P.images --count 2 --keys ${P}fut --seed 32 --age-ms -1800000 --trace
+        kt_produce $P.images --count 2 --keys ${P}yng --seed 33 --age-ms 30000 --trace
+        kt_produce $P.images --count 2 --keys ${P}now --seed 34 --trace
+        kt_start "$P"
+        if ! kt_wait_count $P.predictions 6 180 || ! kt_wait_count $P.dlq 3 30; then
+                kt_fail $t-dlq "only $(kt_count $P.predictions) predictions and $(kt_count $P.dlq) DLQ records of 6 and 3 (see $KT_DIR/$P.log)"
+                kill -TERM "$(kt_pid "$P")"
+                kt_wait_exit "$P" 60 >/dev/null
+                return
+        fi
+        sleep 1
+        dump_input $P.images "$KT_DIR/$P.in"
+        kt_read $P.predictions '%k\t%h\t%s\n' >"$KT_DIR/$P.pred"
+        kt_read $P.dlq '%k\t%h\t%S\n' >"$KT_DIR/$P.dlq"
+        if why=$($CHECK age "$KT_DIR/$P.in" "$KT_DIR/$P.pred" "$KT_DIR/$P.dlq" ${P}old 120 900 1m); then
+                kt_pass $t-dlq "$why"
+        else
+                kt_fail $t-dlq "$why"
+        fi
+        if why=$($CHECK trace "$KT_DIR/$P.in" "$KT_DIR/$P.pred" present) &&
+           why2=$($CHECK trace "$KT_DIR/$P.in" "$KT_DIR/$P.dlq" present); then
+                kt_pass $t-trace-copied "predictions: $why; DLQ: $why2"
+        else
+                kt_fail $t-trace-copied "$why ${why2:-}"
+        fi
+        if why=$($CHECK timing "$KT_DIR/$P.in" "$KT_DIR/$P.pred" present "${P}yng=30,${P}fut=-1"); then
+                kt_pass $t-timing-header "$why"
+        else
+                kt_fail $t-timing-header "$why"
+        fi
+
+        # Live: skip, and both headers off.
+        sed -i -e 's/^timing_header = yes$/timing_header = no/' "$KT_DIR/$P.ini"
+        printf '%s\n' "[batching]" "max_record_age_action = skip" "[service]" "trace_headers = no" >>"$KT_DIR/$P.ini"
+        n0=$(grep -c "max_record_age_action applied" "$KT_DIR/$P.log")
+        kill -HUP "$(kt_pid "$P")"
+        for i in $(seq 100); do
+                [ "$(grep -c "max_record_age_action applied" "$KT_DIR/$P.log")" -gt "$n0" ] && break
+                sleep 0.1
+        done
+        kt_produce $P.images --count 1 --keys ${P}late --seed 35 --trace
+        # Its prediction first (under exactly-once, its transaction
+        # committed): then the skipped records are all there is, and
+        # nothing but them can carry the committed offset to the end.
+        kt_wait_count $P.predictions 7 120
+        kt_produce $P.images --count 2 --keys ${P}skp --seed 36 --age-ms 120000 --trace
+        end=$(kt_count $P.images)
+        got=""
+        # The committed offset covers the skipped records at the end (at
+        # least once: the next auto-commit; exactly-once: the transaction's
+        # commit point).
+        for i in $(seq 60); do
+                got=$("$BUILD/inferd-kafka-admin" -b "$KT_BROKERS" offsets "g-$P" $P.images 2>/dev/null | awk '{print $2}')
+                [ "$got" = "$end" ] && break
+                sleep 0.5
+        done
+        curl -s -m 10 "http://127.0.0.1:$port/metrics" >"$KT_DIR/$P.prom"
+        want="expired $( /usr/bin/python3 tests/metrics/check.py value "$KT_DIR/$P.prom" inferd_records_total outcome=expired) dlq $( /usr/bin/python3 tests/metrics/check.py value "$KT_DIR/$P.prom" inferd_dead_letters_total code=expired)"
+        kt_read $P.predictions '%k\t%h\t%s\n' >"$KT_DIR/$P.pred2"
+        [ "$offsets" = no-offsets ] && got=$end
+        if [ "$got" = "$end" ] && [ "$want" = "expired 2 dlq 3" ] && [ "$(kt_count $P.dlq)" = 3 ] &&
+           [ "$(grep -c "^${P}late-" "$KT_DIR/$P.pred2")" = 1 ] && ! grep -q "^${P}skp-" "$KT_DIR/$P.pred2"; then
+                if [ "$offsets" = offsets ]; then
+                        kt_pass $t-skip-committed "committed $got of $end; $want"
+                else
+                        kt_pass $t-skip "$want (committed offsets not read: the mock keeps no transactional ones)"
+                fi
+        else
+                kt_fail $t-skip-committed "committed offset '$got' (want the end, $end); metrics: $want (want expired 2 dlq 3); DLQ $(kt_count $P.dlq) (want 3); predictions of the late record $(grep -c "^${P}late-" "$KT_DIR/$P.pred2"), of skipped ones $(grep -c "^${P}skp-" "$KT_DIR/$P.pred2")"
+        fi
+        grep "^${P}late-" "$KT_DIR/$P.pred2" >"$KT_DIR/$P.late"
+        dump_input $P.images "$KT_DIR/$P.in2"
+        if why=$($CHECK trace "$KT_DIR/$P.in2" "$KT_DIR/$P.late" absent); then
+                kt_pass $t-trace-off "$why"
+        else
+                kt_fail $t-trace-off "$why"
+        fi
+        if why=$($CHECK timing "$KT_DIR/$P.in2" "$KT_DIR/$P.late" absent); then
+                kt_pass $t-timing-off "$why"
+        else
+                kt_fail $t-timing-off "$why"
+        fi
+        kill -TERM "$(kt_pid "$P")"
+        rc=$(kt_wait_exit "$P" 60)
+        [ "$rc" = 0 ] && kt_pass $t-drain-exit-0 || kt_fail $t-drain-exit-0 "exit $rc (see $KT_DIR/$P.log)"
+}
+
 kt_pass() { echo "PASS $1${2:+ ($2)}"; }
 kt_fail() { echo "FAIL $1: $2"; }
 kt_skip() { echo "SKIP $1: $2"; }

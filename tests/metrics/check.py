@@ -7,6 +7,7 @@ line per check; exits 0 either way (the lines are the result).
     check.py plan SCRAPE PLAN_JSON
     check.py info SCRAPE VERSION
     check.py value SCRAPE NAME [LABEL=VALUE...]       prints the value or "none"
+    check.py stages SCRAPE
 """
 import json
 import re
@@ -133,6 +134,33 @@ def info(scrape, version):
           'inferd_state %s' % states)
 
 
+STAGES = ('queue', 'decode', 'batch_wait', 'engine', 'produce')
+
+
+def stages(scrape):
+    """inferd_stage_duration_seconds: one observation per prediction and
+    stage, and a record's stages add up to its inferd_record_latency_seconds,
+    so the stages' sums add up to the latency's sum, to within the finest
+    bucket (50 us) per record. Every stage took some time (the run has JPEG
+    records: decode too), so leaving one out of the split breaks the sum."""
+    s = parse(scrape)
+    n = get(s, 'inferd_record_latency_seconds_count')
+    lat = get(s, 'inferd_record_latency_seconds_sum')
+    counts = {st: get(s, 'inferd_stage_duration_seconds_count', stage=st) for st in STAGES}
+    sums = {st: get(s, 'inferd_stage_duration_seconds_sum', stage=st) for st in STAGES}
+    infs = {st: get(s, 'inferd_stage_duration_seconds_bucket', stage=st, le='+Inf') for st in STAGES}
+    check('metrics/stage-counts', n and all(counts[st] == n and infs[st] == n for st in STAGES),
+          'stage counts %s, +Inf buckets %s; record_latency count %s' % (counts, infs, n))
+    ok = n and lat and all(sums[st] is not None and sums[st] > 0 for st in STAGES)
+    total = sum(v for v in sums.values() if v is not None)
+    tol = (n or 0) * 50e-6
+    print('   stages: ' + ', '.join('%s %.4f s' % (st, sums[st] or 0) for st in STAGES)
+          + '; sum %.6f s, record latency %.6f s over %s records' % (total, lat or 0, n))
+    check('metrics/stages-sum', ok and abs(total - lat) <= tol,
+          'the stages sum to %.6f s, the record latency to %s s (tolerance %.6f s); a stage at 0: %s'
+          % (total, lat, tol, [st for st in STAGES if not sums[st]]))
+
+
 def value(scrape, name, *labels):
     s = parse(scrape)
     v = get(s, name, **dict(l.split('=', 1) for l in labels))
@@ -140,4 +168,4 @@ def value(scrape, name, *labels):
 
 
 if __name__ == '__main__':
-    {'counts': counts, 'plan': plan, 'info': info, 'value': value}[sys.argv[1]](*sys.argv[2:])
+    {'counts': counts, 'plan': plan, 'info': info, 'value': value, 'stages': stages}[sys.argv[1]](*sys.argv[2:])

@@ -94,6 +94,10 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_EQUAL(c->memory.max_batch, 256);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 5);
         CU_ASSERT_EQUAL(c->batching.max_images_per_s, 0);
+        CU_ASSERT_EQUAL(c->batching.max_record_age_ms, 0);
+        CU_ASSERT_EQUAL(c->batching.max_record_age_action, CFG_AGE_DLQ);
+        CU_ASSERT_TRUE(c->service.trace_headers);
+        CU_ASSERT_FALSE(c->service.timing_header);
         CU_ASSERT_EQUAL(c->drain.timeout_s, 30);
         CU_ASSERT_STRING_EQUAL(c->metrics.listen, "127.0.0.1:9464");
         cfg_free(c);
@@ -112,6 +116,8 @@ static void test_cfg_values_set(void) {
                                         "[engine]\nbackend = cpu\ndevice = 3\n"
                                         "[memory]\ngpu_budget = 1.5GiB\nhost_budget = 512MiB\nmax_batch = 64\n"
                                         "[batching]\nmax_delay_ms = 0\nmax_images_per_s = 250\n"
+                                        "max_record_age = 10m\nmax_record_age_action = skip\n"
+                                        "[service]\ntrace_headers = no\ntiming_header = yes\n"
                                         "[drain]\ntimeout_s = 7\n[metrics]\nlisten = [::1]:9465\n",
                                         &c, &err), 0);
         CU_ASSERT_STRING_EQUAL(c->service.instance, "blue");
@@ -135,6 +141,10 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_EQUAL(c->memory.max_batch, 64);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 0);
         CU_ASSERT_EQUAL(c->batching.max_images_per_s, 250);
+        CU_ASSERT_EQUAL(c->batching.max_record_age_ms, 600000);
+        CU_ASSERT_EQUAL(c->batching.max_record_age_action, CFG_AGE_SKIP);
+        CU_ASSERT_FALSE(c->service.trace_headers);
+        CU_ASSERT_TRUE(c->service.timing_header);
         CU_ASSERT_EQUAL(c->drain.timeout_s, 7);
         CU_ASSERT_STRING_EQUAL(c->metrics.listen, "[::1]:9465");
         cfg_free(c);
@@ -294,6 +304,13 @@ static void test_cfg_bad_values(void) {
                 { "memory", "gpu_budget", "seventy", "is not a size or a percentage" },
                 { "memory", "gpu_budget", "", "is not a size or a percentage" },
                 { "batching", "max_images_per_s", "-5", "is not in" },
+                { "batching", "max_record_age", "90", "is not a duration" },
+                { "batching", "max_record_age", "10 minutes", "is not a duration" },
+                { "batching", "max_record_age", "-1s", "is not a duration" },
+                { "batching", "max_record_age", "400d", "is not in 0..366d" },
+                { "batching", "max_record_age_action", "drop", "is not one of dlq, skip" },
+                { "service", "trace_headers", "maybe", "is not yes or no" },
+                { "service", "timing_header", "sometimes", "is not yes or no" },
                 { "metrics", "listen", "9464", "is not host:port" },
                 { "metrics", "listen", "localhost:", "is not host:port" },
                 { "metrics", "listen", ":9464", "is not host:port" },
@@ -516,6 +533,10 @@ static void test_cfg_reload_diff(void) {
         CU_ASSERT_EQUAL(n, 11);
 
         CU_ASSERT_TRUE(cfg_key_is_live("batching", "max_delay_ms"));
+        CU_ASSERT_TRUE(cfg_key_is_live("batching", "max_record_age"));
+        CU_ASSERT_TRUE(cfg_key_is_live("batching", "max_record_age_action"));
+        CU_ASSERT_TRUE(cfg_key_is_live("service", "trace_headers"));
+        CU_ASSERT_TRUE(cfg_key_is_live("service", "timing_header"));
         CU_ASSERT_FALSE(cfg_key_is_live("engine", "backend"));
         CU_ASSERT_FALSE(cfg_key_is_live("nope", "nope"));
         cfg_free(a);
@@ -531,7 +552,9 @@ static const char *const design_keys[][2] = {
         { "model", "weights" }, { "model", "labels" }, { "model", "precision" },
         { "engine", "backend" }, { "engine", "device" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },
-        { "batching", "max_delay_ms" }, { "batching", "max_images_per_s" }, { "drain", "timeout_s" },
+        { "batching", "max_delay_ms" }, { "batching", "max_images_per_s" }, { "batching", "max_record_age" },
+        { "batching", "max_record_age_action" }, { "service", "trace_headers" }, { "service", "timing_header" },
+        { "drain", "timeout_s" },
         { "metrics", "listen" }, { "metrics", "tls_cert" }, { "metrics", "tls_key" },
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },

@@ -44,7 +44,8 @@ static double test_metrics_value(const char *text, const char *prefix) {
 static void test_metrics_format_snapshot(void) {
         metrics_count_t codes[] = { { "bad-size", 2 }, { "odd\"code\\", 1 } };
         metrics_lag_t lag[] = { { "images", 3, 42, 1.5 } };
-        metrics_hist_t hs;
+        metrics_hist_t hs, stages[2];
+        static const char *const stage_names[] = { "queue", "engine" };
         plan_t plan = {};
         metrics_snapshot_t s = {};
         char *text = NULL;
@@ -53,6 +54,11 @@ static void test_metrics_format_snapshot(void) {
         metrics_hist_init(&hs, METRICS_HIST_BATCH_SIZE);
         metrics_hist_observe(&hs, 3);
         metrics_hist_observe(&hs, 8);
+        metrics_hist_init(&stages[0], METRICS_HIST_STAGE_SECONDS);
+        metrics_hist_init(&stages[1], METRICS_HIST_STAGE_SECONDS);
+        metrics_hist_observe(&stages[0], 0.0001);       /* le="0.0001": a GPU batch's resolution */
+        metrics_hist_observe(&stages[0], 700);          /* past 10 min: +Inf */
+        metrics_hist_observe(&stages[1], 2);            /* le="2.5": a CPU batch */
         plan.weights_bytes = 100;
         plan.activation_bytes = 20;
         plan.engine.workspace_bytes = 3;
@@ -66,6 +72,10 @@ static void test_metrics_format_snapshot(void) {
         plan.max_batch = 8;
         s.predicted = 11;
         s.dead_lettered = 3;
+        s.expired = 4;
+        s.stage_seconds = stages;
+        s.stage_names = stage_names;
+        s.n_stages = 2;
         s.dead_letters = codes;
         s.n_dead_letters = 2;
         s.batch_size = &hs;
@@ -79,6 +89,18 @@ static void test_metrics_format_snapshot(void) {
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_records_total{outcome=\"predicted\"} "), 11);
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_records_total{outcome=\"dead_lettered\"} "), 3);
         CU_ASSERT_PTR_NOT_NULL(strstr(text, "inferd_dead_letters_total{code=\"odd\\\"code\\\\\"} 1\n"));
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_records_total{outcome=\"expired\"} "), 4);
+        /* Stage histograms: one series per stage label, le after it. */
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "# TYPE inferd_stage_duration_seconds histogram\n"));
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"queue\",le=\"5e-05\"} "), 0);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"queue\",le=\"0.0001\"} "), 1);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"queue\",le=\"600\"} "), 1);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"queue\",le=\"+Inf\"} "), 2);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_count{stage=\"queue\"} "), 2);
+        CU_ASSERT_DOUBLE_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_sum{stage=\"queue\"} "), 700.0001, 1e-9);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"engine\",le=\"1\"} "), 0);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_bucket{stage=\"engine\",le=\"2.5\"} "), 1);
+        CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_stage_duration_seconds_count{stage=\"engine\"} "), 1);
         /* Cumulative buckets. */
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_batch_size_bucket{le=\"2\"} "), 0);
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_batch_size_bucket{le=\"4\"} "), 1);

@@ -46,6 +46,7 @@ typedef struct tp {
         bool hold_timer_held;           /* the test keeps the hold deadline from firing (a late timer) */
         bool engine_stalled;            /* tp_turn reaps nothing: the slots stay in flight */
         int delivered_predictions, delivered_dlq, delivery_errors, assigned;
+        int skipped;                    /* ops->skipped: expired records finished without output */
         int64_t next_offset;            /* the highest offset the deliveries made committable (-1 = none) */
 } tp_t;
 
@@ -110,8 +111,24 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                 t->delivered_dlq++;
         else
                 t->delivered_predictions++;
+        if (!m->err && !k->dlq)
+                pipeline_delivered(t->pipeline, k, pipeline_now_us());
         if (!m->err && k->part_id > 0 &&
             batch_offsets_done(t->offsets, k->part_id, k->offset, &topic, &partition, &next) == 1 &&
+            next > t->next_offset)
+                t->next_offset = next;
+        free(k);
+}
+
+/* ops->skipped: the ticket is ours, handled as a delivered one. */
+static void tp_skipped(void *userdata, pipeline_ticket_t *k) {
+        tp_t *t = userdata;
+        const char *topic;
+        int32_t partition;
+        int64_t next;
+
+        t->skipped++;
+        if (k->part_id > 0 && batch_offsets_done(t->offsets, k->part_id, k->offset, &topic, &partition, &next) == 1 &&
             next > t->next_offset)
                 t->next_offset = next;
         free(k);
@@ -123,9 +140,10 @@ static void tp_fatal(void *userdata, const char *reason) {
 }
 
 /* Produces n records to "tp.in", RGB8 but for the one at bad (-1: none),
- * of a bad size (the DLQ's), with a plain producer of our own. Returns 0 or
- * -1. */
-static int tp_feed_n(const char *bootstraps, int n, int bad) {
+ * of a bad size (the DLQ's), with a plain producer of our own; the i-th
+ * record's Kafka timestamp is ages_ms[i] milliseconds old (ages_ms NULL:
+ * now). Returns 0 or -1. */
+static int tp_feed_aged(const char *bootstraps, int n, int bad, const int64_t *ages_ms) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
         char why[256], key[16];
@@ -150,7 +168,9 @@ static int tp_feed_n(const char *bootstraps, int n, int bad) {
                 snprintf(key, sizeof(key), "k%d", i);
                 if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
                                       RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(img, len),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_TIMESTAMP(ages_ms ? rectime_now_ms() - ages_ms[i] : 0),
+                                      RD_KAFKA_V_END))
                         r = -1;
         }
         if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -158,6 +178,10 @@ static int tp_feed_n(const char *bootstraps, int n, int bad) {
         rd_kafka_destroy(rk);
         free(img);
         return r;
+}
+
+static int tp_feed_n(const char *bootstraps, int n, int bad) {
+        return tp_feed_aged(bootstraps, n, bad, NULL);
 }
 
 /* TP_GOOD RGB8 records and one of a bad size, in the middle, between the
@@ -182,6 +206,7 @@ static int tp_setup_capped(tp_t *t, int max_images_per_s) {
                 .arm_delay = tp_arm_delay,
                 .pump_later = tp_pump_later,
                 .arm_hold = tp_arm_hold,
+                .skipped = tp_skipped,
         };
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         engine_options_t o;
@@ -752,6 +777,55 @@ static void test_pipeline_drain_while_holding(void) {
         tp_teardown(&t);
 }
 
+/* [batching] max_record_age: records 2 min old are not run; those younger
+ * than the limit, and one from the future, are. With dlq they go to the DLQ;
+ * with skip they are finished at once through ops->skipped, and every offset
+ * becomes committable either way. The predictions' stages are observed. */
+static void tp_expired_run(bool skip) {
+        static const int64_t ages_ms[] = { 120000, 1000, 120000, -600000, 30000 };
+        const int n = (int)(sizeof(ages_ms) / sizeof(ages_ms[0]));
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        pipeline_set_max_record_age(t.pipeline, 60000, skip);
+        CU_ASSERT_EQUAL_FATAL(tp_feed_aged(t.cfg->kafka.brokers, n, -1, ages_ms), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions + t.delivered_dlq + t.skipped < n && !t.fails && !t.delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 3);
+        CU_ASSERT_EQUAL(t.delivered_dlq, skip ? 0 : 2);
+        CU_ASSERT_EQUAL(t.skipped, skip ? 2 : 0);
+        CU_ASSERT_EQUAL(t.next_offset, n);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.records_in, (uint64_t)n);
+        CU_ASSERT_EQUAL(st.expired_skipped, skip ? 2 : 0);
+        CU_ASSERT_EQUAL(st.dlq_out, skip ? 0 : 2);
+        for (size_t i = 0; i < st.n_dlq_codes; i++)
+                if (!strcmp(st.dlq_codes[i].label, RECORD_ERR_EXPIRED))
+                        CU_ASSERT_EQUAL(st.dlq_codes[i].n, skip ? 0 : 2);
+        for (int i = 0; i < RECTIME_STAGES; i++)
+                CU_ASSERT_EQUAL(st.stage_seconds[i].count, 3);
+        /* The one from the future waited no time in the queue; the others 1
+         * s and 30 s at least: the queue stage's sum says so. */
+        CU_ASSERT(st.stage_seconds[RECTIME_QUEUE].sum >= 31.0 && st.stage_seconds[RECTIME_QUEUE].sum < 90.0);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
+static void test_pipeline_expired_to_dlq(void) {
+        tp_expired_run(false);
+}
+
+static void test_pipeline_expired_skipped(void) {
+        tp_expired_run(true);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
@@ -763,6 +837,8 @@ int test_pipeline_register(void) {
                 { "full_holds_then_pauses", test_pipeline_full_holds_then_pauses },
                 { "full_takes_again_when_a_slot_frees", test_pipeline_full_takes_again_when_a_slot_frees },
                 { "drain_while_holding", test_pipeline_drain_while_holding },
+                { "expired_to_dlq", test_pipeline_expired_to_dlq },
+                { "expired_skipped", test_pipeline_expired_skipped },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);

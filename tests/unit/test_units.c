@@ -62,12 +62,44 @@ static void test_units_format_size(void) {
         CU_ASSERT_STRING_EQUAL(units_format_size((uint64_t)11 << 30, b, sizeof(b)), "11.0 GiB");
 }
 
+static void test_units_parse_duration(void) {
+        uint64_t ms = 1;
+        char b[32];
+
+        CU_ASSERT_EQUAL(units_parse_duration_ms("0", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 0);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("90s", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 90000);
+        CU_ASSERT_EQUAL(units_parse_duration_ms(" 10m ", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 600000);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("1500ms", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 1500);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("2h", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 7200000);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("1d", &ms), 0);
+        CU_ASSERT_EQUAL(ms, 86400000);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("90", &ms), -EINVAL);   /* no unit */
+        CU_ASSERT_EQUAL(units_parse_duration_ms("10 min", &ms), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("-5s", &ms), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("1.5s", &ms), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("s", &ms), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("", &ms), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("400d", &ms), -ERANGE);
+        CU_ASSERT_EQUAL(units_parse_duration_ms("99999999999999999999999h", &ms), -ERANGE);
+        CU_ASSERT_STRING_EQUAL(units_format_duration_ms(0, b, sizeof(b)), "0");
+        CU_ASSERT_STRING_EQUAL(units_format_duration_ms(600000, b, sizeof(b)), "10m");
+        CU_ASSERT_STRING_EQUAL(units_format_duration_ms(90000, b, sizeof(b)), "90s");
+        CU_ASSERT_STRING_EQUAL(units_format_duration_ms(1500, b, sizeof(b)), "1500ms");
+        CU_ASSERT_STRING_EQUAL(units_format_duration_ms(7200000, b, sizeof(b)), "2h");
+}
+
 int test_units_register(void) {
         static CU_TestInfo tests[] = {
                 { "parse_size", test_units_parse_size },
                 { "parse_size_rejects", test_units_parse_size_rejects },
                 { "parse_budget", test_units_parse_budget },
                 { "format_size", test_units_format_size },
+                { "parse_duration", test_units_parse_duration },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("units", tests);

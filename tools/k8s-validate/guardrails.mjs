@@ -123,6 +123,8 @@ for (const dep of of('Deployment')) {
                 else if (port !== 'metrics' && port !== lport) s.push(`${pr} not on the metrics port`);
         }
         if (ctr.startupProbe?.httpGet?.path !== '/healthz' && ctr.startupProbe?.httpGet?.path !== '/readyz') s.push('the startupProbe does not wait for /healthz or /readyz');
+        if (ctr.readinessProbe?.httpGet?.path !== '/readyz') s.push('the readinessProbe is not /readyz (partitions assigned, engine warm, Kafka answering)');
+        if (ctr.livenessProbe?.httpGet?.path !== '/livez') s.push('the livenessProbe is not /livez: /healthz and /readyz answer 503 while the daemon drains or swaps a model, which must not restart it');
         check(`${c}/probes`, s);
         // user
         const u = [];
