@@ -14,6 +14,8 @@
 #     their copies, never the host's files, so a host apt is not blocked;
 #   - a tmpfs over /tmp, /var/tmp, the journal, systemd's state, /etc/inferd
 #     and /var/lib/inferd, so that the test starts from empty folders;
+#   - `/` made shared (recursively) inside these namespaces, for LoadCredential=
+#     (see below);
 #   - the units that touch shared state masked by bind-mounting /dev/null
 #     over them. The target is basic.target, so nothing else of the host's
 #     starts.
@@ -57,4 +59,13 @@ for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service syste
                 mount --bind /dev/null "/lib/systemd/system/$u"
         fi
 done
+# Shared mount propagation, as a systemd started by the kernel sets up itself
+# (mount_setup: `/` MS_REC|MS_SHARED) but one in a container (container=
+# below) leaves to its manager. LoadCredential= needs it: systemd builds a
+# unit's credentials in a child's own mount namespace ("(sd-mkdcreds)") and
+# MS_MOVEs that tmpfs onto /run/credentials/<unit>, which reaches PID 1's
+# namespace only by propagation; with unshare's --propagation private the
+# unit got an empty $CREDENTIALS_DIRECTORY. The peer groups made here are new
+# and these namespaces' own: nothing propagates to the host's mounts.
+mount --make-rshared /
 exec env container=other /lib/systemd/systemd --system --unit=basic.target --log-target=console
