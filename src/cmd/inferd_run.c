@@ -65,7 +65,7 @@ static void run_usage(FILE *out) {
               "centre-cropped to 224, as torchvision's eval transform), or a raw record: 150528\n"
               "bytes of RGB8 224x224x3 (HWC), or 602112 bytes of float32 3x224x224 (CHW,\n"
               "little-endian, normalised). One JSON prediction line is printed per input, in\n"
-              "argument order. --logits writes N x 1000 float32 pre-softmax logits (little-endian)\n"
+              "argument order. --logits writes N x K float32 pre-softmax logits (K: the model's classes; little-endian)\n"
               "in the same order; --rgb8 writes the N x 224x224x3 uint8 records as fed to the\n"
               "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
               "(default 20MiB) limit encoded images, as [decode] does in the daemon; --decode-fast\n"
@@ -449,7 +449,7 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                 puts(line);
                 free(line);
         }
-        if (logits_out && fwrite(logits, sizeof(float) * MODEL_CLASSES, (size_t)n, logits_out) != (size_t)n) {
+        if (logits_out && fwrite(logits, sizeof(float) * (size_t)m->classes, (size_t)n, logits_out) != (size_t)n) {
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
                 return -EIO;
         }
@@ -612,10 +612,18 @@ static int run_plan(const run_args_t *a) {
         plan_t p;
         int r;
 
-        r = model_describe(&m);
-        if (r < 0) {
-                fprintf(stderr, "inferd-run: out of memory\n");
-                return r;
+        if (a->weights) {
+                r = model_describe_file(&m, a->weights, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: cannot read the weights: %s\n", err.msg);
+                        return r;
+                }
+        } else {
+                r = model_describe(&m);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: out of memory\n");
+                        return r;
+                }
         }
         r = engine_plan(m, &a->engine, &p, warning, sizeof(warning), &err);
         model_free(m);
@@ -650,10 +658,6 @@ int main(int argc, char **argv) {
                 return run_plan(&a) < 0 ? 1 : 0;
         if (a.mode == RUN_INFER && run_check_inputs(&a) < 0)
                 return 1;
-        if (a.labels && labels_load(&labels, a.labels, MODEL_CLASSES, &err) < 0) {
-                fprintf(stderr, "inferd-run: %s\n", err.msg);
-                return 1;
-        }
         if (a.weights)
                 r = model_load(&m, a.weights, &err);
         else
@@ -662,6 +666,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "inferd-run: cannot load the weights: %s\n", err.msg);
                 goto out;
         }
+        if (a.labels && (r = labels_load(&labels, a.labels, m->classes, &err)) < 0) {
+                fprintf(stderr, "inferd-run: %s\n", err.msg);
+                goto out;
+        }
+        /* --top K is capped by the class count. */
+        if (a.engine.top_k > m->classes)
+                a.engine.top_k = m->classes;
         r = engine_open(&e, m, &a.engine, warning, sizeof(warning), &err);
         if (warning[0])
                 fprintf(stderr, "inferd-run: warning: %s\n", warning);

@@ -23,6 +23,7 @@
 /* Failures of the current test; the first message is kept for its FAIL line. */
 static int fails = 0;
 static char first[512];
+#define R50_CLASSES 1000        /* ImageNet rows, as the ResNet-50 head sees them */
 #define CHECK(c, ...)                                                                   \
         do {                                                                            \
                 if (!(c) && fails++ == 0)                                               \
@@ -201,39 +202,39 @@ static void check_preprocess(void) {
  * ties, and wide rows whose tail underflows to probability 0. */
 static void check_topk_sort(void) {
         for (int trial = 0; trial < 6; trial++) {
-                float logits[MODEL_CLASSES], prob[HEAD_THREADS], mx = -INFINITY, sum = 0.0f;
+                float logits[R50_CLASSES], prob[HEAD_THREADS], mx = -INFINITY, sum = 0.0f;
                 int cls[HEAD_THREADS];
-                engine_topk_t ref[MODEL_CLASSES];
+                engine_topk_t ref[R50_CLASSES];
 
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         logits[i] = frand() * (trial < 3 ? 5.0f : 200.0f);
                 if (trial == 1)
-                        for (int i = 0; i < MODEL_CLASSES; i += 7)
+                        for (int i = 0; i < R50_CLASSES; i += 7)
                                 logits[i] = 1.5f;
                 if (trial == 2)
-                        for (int i = 0; i < MODEL_CLASSES; i++)
+                        for (int i = 0; i < R50_CLASSES; i++)
                                 logits[i] = (float)(i % 10);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         mx = fmaxf(mx, logits[i]);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         sum += expf(logits[i] - mx);
                 for (int t = 0; t < HEAD_THREADS; t++) {
-                        prob[t] = t < MODEL_CLASSES ? expf(logits[t] - mx) / sum : -1.0f;
+                        prob[t] = t < R50_CLASSES ? expf(logits[t] - mx) / sum : -1.0f;
                         cls[t] = t;
                 }
-                std::vector<float> p(prob, prob + MODEL_CLASSES);
-                cpu_topk(MODEL_CLASSES, MODEL_CLASSES, p.data(), ref);
+                std::vector<float> p(prob, prob + R50_CLASSES);
+                cpu_topk(R50_CLASSES, R50_CLASSES, p.data(), ref);
 
                 for (int k = 2; k <= HEAD_THREADS; k <<= 1)
                         for (int j = k >> 1; j > 0; j >>= 1)
                                 for (int t = 0; t < HEAD_THREADS; t++)
                                         head_sort_step(prob, cls, t, j, k);
-                for (int t = 0; t < MODEL_CLASSES; t++)
+                for (int t = 0; t < R50_CLASSES; t++)
                         CHECK(ref[t].cls == cls[t] && ref[t].score == prob[t],
                               "row %d rank %d: class %d (%g), reference class %d (%g)", trial, t, cls[t], prob[t],
                               ref[t].cls, ref[t].score);
-                for (int t = MODEL_CLASSES; t < HEAD_THREADS; t++)
-                        CHECK(cls[t] >= MODEL_CLASSES, "row %d: a pad entry ranks %d", trial, t);
+                for (int t = R50_CLASSES; t < HEAD_THREADS; t++)
+                        CHECK(cls[t] >= R50_CLASSES, "row %d: a pad entry ranks %d", trial, t);
         }
 }
 
@@ -245,11 +246,11 @@ static void check_head_nonfinite(void) {
         const int cases = 6;
 
         for (int c = 0; c < cases; c++) {
-                float x[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+                float x[R50_CLASSES], mx = -INFINITY, sum = 0.0f;
                 engine_topk_t top[5];
                 bool finite;
 
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         x[i] = c == 4 ? -INFINITY : c == 5 ? 3e38f : frand() * 20.0f;
                 if (c == 1)
                         x[123] = NAN;
@@ -257,12 +258,12 @@ static void check_head_nonfinite(void) {
                         x[0] = INFINITY;
                 if (c == 3)
                         x[999] = -INFINITY;
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         mx = fmaxf(mx, x[i]);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         sum += expf(x[i] - mx);
                 finite = head_row_finite(mx, sum);
-                CHECK(finite == (cpu_head_row(x, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
+                CHECK(finite == (cpu_head_row(x, R50_CLASSES, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
                       finite ? "finite" : "non-finite", engine_topk_is_finite(top) ? "finite" : "non-finite");
                 CHECK(finite == (c == 0 || c == 3 || c == 5), "row case %d: %s", c, finite ? "finite" : "non-finite");
         }

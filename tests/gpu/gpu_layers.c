@@ -263,13 +263,13 @@ done:
  * engine's conversion cannot reorder them: the rest on a 1/32 grid in
  * [-8, 8), the top k at 8.5, 9, ... (exact: bf16 steps by 1/16 in [8, 16)). */
 static void head_logits(uint64_t *rng, int k, float *x) {
-        for (int j = 0; j < MODEL_CLASSES; j++)
+        for (int j = 0; j < R50_CLASSES; j++)
                 x[j] = floorf(gpu_rand_uniform(rng) * 512.0f) / 32.0f - 8.0f;
         for (int j = 0; j < k; j++) {
                 int cls;
 
                 do
-                        cls = (int)(gpu_rand_u64(rng) % MODEL_CLASSES);
+                        cls = (int)(gpu_rand_u64(rng) % R50_CLASSES);
                 while (x[cls] >= 8.0f);
                 x[cls] = 8.0f + 0.5f * (float)(k - j);
         }
@@ -277,8 +277,8 @@ static void head_logits(uint64_t *rng, int k, float *x) {
 
 static void check_head(gpu_ctx_t *c, engine_t *e, precision_t p, int n, uint64_t *rng) {
         int k = engine_plan_of(e)->top_k;
-        float *logits = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
-        float *prob = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
+        float *logits = malloc((size_t)n * R50_CLASSES * sizeof(float));
+        float *prob = malloc((size_t)n * R50_CLASSES * sizeof(float));
         engine_topk_t *out = calloc((size_t)n * k, sizeof(*out)), *ref = calloc((size_t)n * k, sizeof(*ref));
         double tol = gpu_tolerance(p), worst = 0;
         errbuf_t err = { "" };
@@ -291,13 +291,13 @@ static void check_head(gpu_ctx_t *c, engine_t *e, precision_t p, int n, uint64_t
                 goto done;
         }
         for (int i = 0; i < n; i++) {
-                head_logits(rng, k, logits + (size_t)i * MODEL_CLASSES);
+                head_logits(rng, k, logits + (size_t)i * R50_CLASSES);
                 for (int j = 0; j < k; j++)
                         out[(size_t)i * k + j] = (engine_topk_t){ .cls = -1, .score = NAN };
         }
-        cpu_softmax(n, MODEL_CLASSES, logits, prob);
+        cpu_softmax(n, R50_CLASSES, logits, prob);
         for (int i = 0; i < n; i++)
-                cpu_topk(MODEL_CLASSES, k, prob + (size_t)i * MODEL_CLASSES, ref + (size_t)i * k);
+                cpu_topk(R50_CLASSES, k, prob + (size_t)i * R50_CLASSES, ref + (size_t)i * k);
 
         r = c->debug_op(e, ENGINE_CUDA_OP_HEAD, n, logits, NULL, NULL, out, &err);
         if (r < 0) {
@@ -340,7 +340,7 @@ done:
  * class no row can have, so an unwritten entry shows. */
 static void check_head_nonfinite(gpu_ctx_t *c, engine_t *e, precision_t p, int n, uint64_t *rng) {
         int k = engine_plan_of(e)->top_k;
-        float *logits = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
+        float *logits = malloc((size_t)n * R50_CLASSES * sizeof(float));
         engine_topk_t *out = calloc((size_t)n * k, sizeof(*out)), *ref = calloc((size_t)n * k, sizeof(*ref));
         errbuf_t err = { "" };
         char id[128];
@@ -356,14 +356,14 @@ static void check_head_nonfinite(gpu_ctx_t *c, engine_t *e, precision_t p, int n
                 goto done;
         }
         for (int i = 0; i < n; i++) {
-                head_logits(rng, k, logits + (size_t)i * MODEL_CLASSES);
+                head_logits(rng, k, logits + (size_t)i * R50_CLASSES);
                 for (int j = 0; j < k; j++)
                         out[(size_t)i * k + j] = (engine_topk_t){ .cls = 4242, .score = 0.5f };
         }
-        logits[1 * MODEL_CLASSES + 17] = NAN;
-        logits[2 * MODEL_CLASSES + 999] = INFINITY;
+        logits[1 * R50_CLASSES + 17] = NAN;
+        logits[2 * R50_CLASSES + 999] = INFINITY;
         for (int i = 0; i < n; i++)
-                cpu_head_row(logits + (size_t)i * MODEL_CLASSES, k, ref + (size_t)i * k);
+                cpu_head_row(logits + (size_t)i * R50_CLASSES, R50_CLASSES, k, ref + (size_t)i * k);
         r = c->debug_op(e, ENGINE_CUDA_OP_HEAD, n, logits, NULL, NULL, out, &err);
         if (r < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "engine_cuda_debug_op: %s (%s)", err.msg, strerror(-r));

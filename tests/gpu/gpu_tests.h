@@ -52,6 +52,7 @@ int engine_cuda_debug_set(engine_t *e, int what, long value, errbuf_t *err);
 
 #define GPU_LAYER_N 3           /* samples per layer test */
 #define GPU_TOP_K 5
+#define R50_CLASSES 1000        /* the ResNet-50 (ImageNet) model these tests build */
 #define GPU_MEM_RATIO_MIN 0.85  /* measured device use must be within 15% under the plan */
 #define GPU_CAP_BLOCKS 64       /* the grid cap of the gpu/P/cap64/ checks: grid-stride loops past their first pass */
 

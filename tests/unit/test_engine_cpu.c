@@ -11,6 +11,8 @@
 #include "engine/engine.h"
 #include "unit.h"
 
+#define R50_CLASSES 1000        /* model_random: ResNet-50 with ImageNet's classes */
+
 static engine_t *engine_test_open(model_t *m, int max_batch) {
         engine_options_t o;
         engine_t *e = NULL;
@@ -46,7 +48,7 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         model_t *m = NULL;
         engine_t *e;
         errbuf_t err;
-        float alone[2][MODEL_CLASSES];
+        float alone[2][R50_CLASSES];
         const float *lg;
         const engine_topk_t *top;
 
@@ -73,8 +75,8 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         {
                 double num0 = 0, num1 = 0, den0 = 0, den1 = 0;
 
-                for (int c = 0; c < MODEL_CLASSES; c++) {
-                        num0 += pow(lg[2 * MODEL_CLASSES + c] - alone[0][c], 2);
+                for (int c = 0; c < R50_CLASSES; c++) {
+                        num0 += pow(lg[2 * R50_CLASSES + c] - alone[0][c], 2);
                         num1 += pow(lg[c] - alone[1][c], 2);
                         den0 += pow(alone[0][c], 2);
                         den1 += pow(alone[1][c], 2);
@@ -86,17 +88,17 @@ static void test_engine_cpu_result_independent_of_batch(void) {
                 CU_ASSERT(sqrt(num1 / den1) < 1e-5);
         }
         /* The middle record differs from both; top-k is sorted softmax. */
-        CU_ASSERT(fabs(lg[MODEL_CLASSES] - lg[0]) + fabs(lg[MODEL_CLASSES + 1] - lg[1]) > 0);
+        CU_ASSERT(fabs(lg[R50_CLASSES] - lg[0]) + fabs(lg[R50_CLASSES + 1] - lg[1]) > 0);
         top = engine_slot_topk(e, 0);
         for (int i = 0; i < 3; i++) {
                 double sum = 0, mx = -INFINITY;
 
                 CU_ASSERT(top[i * 3].score >= top[i * 3 + 1].score && top[i * 3 + 1].score >= top[i * 3 + 2].score);
-                for (int c = 0; c < MODEL_CLASSES; c++)
-                        mx = fmax(mx, lg[i * MODEL_CLASSES + c]);
-                for (int c = 0; c < MODEL_CLASSES; c++)
-                        sum += exp(lg[i * MODEL_CLASSES + c] - mx);
-                CU_ASSERT_EQUAL(lg[i * MODEL_CLASSES + top[i * 3].cls], mx);
+                for (int c = 0; c < R50_CLASSES; c++)
+                        mx = fmax(mx, lg[i * R50_CLASSES + c]);
+                for (int c = 0; c < R50_CLASSES; c++)
+                        sum += exp(lg[i * R50_CLASSES + c] - mx);
+                CU_ASSERT_EQUAL(lg[i * R50_CLASSES + top[i * 3].cls], mx);
                 CU_ASSERT_DOUBLE_EQUAL(top[i * 3].score, 1.0 / sum, 1e-5);
         }
         engine_free(e);
@@ -138,8 +140,8 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
                 CU_ASSERT(top[6 + j].cls >= 0 && isfinite(top[6 + j].score));
         }
         /* The logits are left as computed: the overflow shows there. */
-        for (int c = 0; c < MODEL_CLASSES; c++)
-                nonfinite += !isfinite(lg[MODEL_CLASSES + c]);
+        for (int c = 0; c < R50_CLASSES; c++)
+                nonfinite += !isfinite(lg[R50_CLASSES + c]);
         CU_ASSERT(nonfinite > 0);
         engine_free(e);
         model_free(m);
@@ -279,21 +281,21 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
 }
 
 /* Runs record `seed` (rgb8) alone in slot 0 of e; its logits into out. */
-static int engine_test_logits(engine_t *e, uint64_t seed, float out[MODEL_CLASSES]) {
+static int engine_test_logits(engine_t *e, uint64_t seed, float out[R50_CLASSES]) {
         errbuf_t err;
         int r;
 
         engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
         if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
                 return r;
-        memcpy(out, engine_slot_logits(e, 0), MODEL_CLASSES * sizeof(float));
+        memcpy(out, engine_slot_logits(e, 0), R50_CLASSES * sizeof(float));
         return 0;
 }
 
 static double engine_test_rel(const float *a, const float *b) {
         double num = 0, den = 0;
 
-        for (int c = 0; c < MODEL_CLASSES; c++) {
+        for (int c = 0; c < R50_CLASSES; c++) {
                 num += pow((double)a[c] - b[c], 2);
                 den += pow(b[c], 2);
         }
@@ -313,7 +315,7 @@ static void test_engine_cpu_swap_weights(void) {
         engine_options_t o;
         plan_t plan;
         errbuf_t err;
-        float la[MODEL_CLASSES], lb[MODEL_CLASSES], got[MODEL_CLASSES];
+        float la[R50_CLASSES], lb[R50_CLASSES], got[R50_CLASSES];
         char budget[32];
 
         CU_ASSERT_EQUAL_FATAL(model_random(&a, 5), 0);
