@@ -606,6 +606,7 @@ fail:
 }
 
 static int run_plan(const run_args_t *a) {
+        engine_options_t o;
         char warning[512];
         model_t *m = NULL;
         errbuf_t err;
@@ -625,7 +626,11 @@ static int run_plan(const run_args_t *a) {
                         return r;
                 }
         }
-        r = engine_plan(m, &a->engine, &p, warning, sizeof(warning), &err);
+        /* --top K is capped by the class count, as when classifying. */
+        o = a->engine;
+        if (o.top_k > m->classes)
+                o.top_k = m->classes;
+        r = engine_plan(m, &o, &p, warning, sizeof(warning), &err);
         model_free(m);
         if (warning[0])
                 fprintf(stderr, "inferd-run: warning: %s\n", warning);
