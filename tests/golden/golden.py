@@ -52,6 +52,7 @@ DISTINCT_REL = 1e-2     # inputs' reference logits must differ by 100x the toler
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])
 H = W = 224
+CLASSES = 1000          # the ResNet-50 runs' (and tests/decode's); the others have their own
 # The other architectures: (name, classes, dtype, inferd-run arguments, inputs)
 ARCH_RUNS = [
     ("resnet18", 10, "F32", ["--batch", "3", "--top", "5"], 4),
