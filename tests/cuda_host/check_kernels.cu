@@ -238,6 +238,71 @@ static void check_topk_sort(void) {
         }
 }
 
+/* The head's wide path (classes > HEAD_THREADS), round by round as the
+ * block runs it: each round's block reduction picks, among the candidates
+ * head_after_better leaves after the previous pick, the one that ranks
+ * first (head_before), so a serial scan with the same two functions is the
+ * same selection. Against cpu_topk over the probabilities: 1001, 5000 and
+ * 100,000 classes, rows with ties and a tail that underflows to 0, k up to
+ * 1000. And the sort path at small class counts (1, 3, 10): the pads rank
+ * after every class. */
+static void check_head_wide(void) {
+        static const int counts[] = { 1001, 5000, 100000 }, ks[] = { 5, 1000, 37 };
+
+        for (int c = 0; c < 3; c++) {
+                int classes = counts[c], k = ks[c];
+                std::vector<float> logits(classes), prob(classes);
+                std::vector<engine_topk_t> ref(k), got(k);
+                float mx = -INFINITY, sum = 0.0f, prev_p = 0.0f;
+                int prev_c = -1;
+
+                for (int i = 0; i < classes; i++)
+                        logits[i] = c == 1 ? (float)(i % 13) : frand() * (c == 2 ? 200.0f : 5.0f);
+                for (int i = 0; i < classes; i++)
+                        mx = fmaxf(mx, logits[i]);
+                for (int i = 0; i < classes; i++)
+                        sum += expf(logits[i] - mx);
+                for (int i = 0; i < classes; i++)
+                        prob[i] = expf(logits[i] - mx) / sum;
+                cpu_topk(classes, k, prob.data(), ref.data());
+                for (int j = 0; j < k; j++) {
+                        float best_p = -1.0f;
+                        int best_c = -1;
+
+                        for (int i = 0; i < classes; i++)
+                                if (head_after_better(prob[i], i, prev_p, prev_c, best_p, best_c)) {
+                                        best_p = prob[i];
+                                        best_c = i;
+                                }
+                        got[j].cls = prev_c = best_c;
+                        got[j].score = prev_p = best_p;
+                }
+                for (int j = 0; j < k; j++)
+                        CHECK(got[j].cls == ref[j].cls && got[j].score == ref[j].score,
+                              "%d classes rank %d: class %d (%g), reference class %d (%g)", classes, j, got[j].cls,
+                              got[j].score, ref[j].cls, ref[j].score);
+        }
+        for (int classes : { 1, 3, 10 }) {
+                float prob[HEAD_THREADS];
+                int cls[HEAD_THREADS];
+                std::vector<float> p(classes);
+                std::vector<engine_topk_t> ref(classes);
+
+                for (int t = 0; t < HEAD_THREADS; t++) {
+                        prob[t] = t < classes ? (p[t] = (frand() + 1.0f) / 2.0f) : -1.0f;
+                        cls[t] = t;
+                }
+                cpu_topk(classes, classes, p.data(), ref.data());
+                for (int k = 2; k <= HEAD_THREADS; k <<= 1)
+                        for (int j = k >> 1; j > 0; j >>= 1)
+                                for (int t = 0; t < HEAD_THREADS; t++)
+                                        head_sort_step(prob, cls, t, j, k);
+                for (int t = 0; t < classes; t++)
+                        CHECK(ref[t].cls == cls[t] && ref[t].score == prob[t], "%d classes rank %d: class %d, reference %d",
+                              classes, t, cls[t], ref[t].cls);
+        }
+}
+
 /* The head's non-finite decision (head_row_finite on the max and sum its
  * reductions compute: fmaxf from -inf, a sum of expf(x - max)) against the
  * CPU's cpu_head_row on rows with a NaN, a +inf, a single -inf (finite: a
@@ -332,6 +397,10 @@ int main() {
         fails = 0;
         check_head_nonfinite();
         report("head_nonfinite");
+        failed += fails > 0;
+        fails = 0;
+        check_head_wide();
+        report("head_wide");
         failed += fails > 0;
         fails = 0;
         check_add_relu();
