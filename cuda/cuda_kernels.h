@@ -53,11 +53,12 @@ int cuda_add_relu(cudaStream_t s, precision_t p, void *d, const void *res, long 
  * the binary fits it. Returns 0 or -ENOTSUP with a sentence. pool.cu. */
 int cuda_kernels_loadable(int cc_major, int cc_minor, errbuf_t *err);
 
-/* head.cu: softmax of each row of logits (n, 1000) fp32, and its top_k
+/* head.cu: softmax of each row of logits (n, classes) fp32, and its top_k
  * classes by descending probability, ties to the lower index:
- * out (n, top_k) engine_topk_t. 1 <= top_k <= 1000. A row whose max or sum
+ * out (n, top_k) engine_topk_t. 1 <= top_k <= min(classes, 1000). A row whose max or sum
  * is not finite gets { ENGINE_TOPK_NONFINITE, NaN } in all top_k entries
  * (engine.h). */
-int cuda_head(cudaStream_t s, const float *logits, int n, int top_k, engine_topk_t *out, errbuf_t *err);
+int cuda_head(cudaStream_t s, const float *logits, int n, int classes, int top_k, engine_topk_t *out,
+              errbuf_t *err);
 
 #endif

@@ -152,7 +152,7 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         if (op == ENGINE_CUDA_OP_HEAD) {
                 dout = dev + ce->L.slot.topk_off;
                 out_bytes = (size_t)n * ce->top_k * sizeof(engine_topk_t);
-                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.logits_off, host_in, (size_t)n * MODEL_CLASSES * sizeof(float),
+                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.logits_off, host_in, (size_t)n * ce->model->classes * sizeof(float),
                                           cudaMemcpyHostToDevice, s),
                           "copying the logits");
                 CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_bytes, s), "poisoning the output");
@@ -172,7 +172,7 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         in_elems = (size_t)n * ce->model->tensors[mop->in].elems;
         res_elems = mop->residual >= 0 ? (size_t)n * ce->model->tensors[mop->residual].elems : 0;
         if (mop->kind == MODEL_OP_FC) {
-                out_elems = (size_t)n * MODEL_CLASSES;
+                out_elems = (size_t)n * ce->model->classes;
                 dout = dev + ce->L.slot.logits_off;     /* the FC writes fp32 logits into the slot */
                 out_bytes = out_elems * sizeof(float);
         } else {

@@ -822,7 +822,7 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
             (c = cudaStreamWaitEvent(cs, ce->ev_done[slot], 0)) != cudaSuccess)
                 return submit_fail(ce, cs, c, "ordering a batch's compute before its results", err);
         if ((c = cudaMemcpyAsync(host + ce->L.slot.logits_off, dev + ce->L.slot.logits_off,
-                                 (size_t)n * MODEL_CLASSES * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
+                                 (size_t)n * ce->model->classes * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(host + ce->L.slot.topk_off, dev + ce->L.slot.topk_off,
                                  (size_t)n * ce->top_k * sizeof(engine_topk_t), cudaMemcpyDeviceToHost, cs)) !=
                     cudaSuccess)

@@ -42,7 +42,7 @@ extern "C" {
  * format into slot 0's staging as submit does (engine/pack.h), and refuses
  * (-EINVAL) a set whose packed bytes exceed a slot's.
  *
- * ENGINE_CUDA_OP_HEAD: host_in is logits (n, 1000) fp32, host_out receives
+ * ENGINE_CUDA_OP_HEAD: host_in is logits (n, classes) fp32, host_out receives
  * (n, top_k) engine_topk_t (softmax scores, descending, ties to the lower
  * index), top_k being the plan's.
  *

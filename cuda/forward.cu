@@ -1,4 +1,4 @@
-/* forward: ResNet-50 as a sequence of launches on one stream.
+/* forward: the model's ResNet (model.h's table) as a sequence of launches on one stream.
  *
  * It walks the model's layer table and enqueues, for n samples of a slot:
  *
@@ -10,8 +10,8 @@
  *                ce->residual_kernel, a conv with a residual is the GEMM
  *                with the BIAS epilogue alone, then cuda_add_relu
  *   maxpool      (n, 112, 112, 64) -> (n, 56, 56, 64)
- *   avgpool      (n, 7, 7, 2048) -> (n, 2048)
- *   fc           (n, 2048) -> the slot's logits (n, 1000) fp32: the FC
+ *   avgpool      (n, 7, 7, F) -> (n, F); F = 512 (basic) or 2048
+ *   fc           (n, F) -> the slot's logits (n, classes) fp32: the FC
  *                writes fp32 straight into the slot's device staging
  *                instead of the model's logits tensor, whatever the precision
  *   head         slot logits -> slot top-k (n, top_k)
@@ -42,7 +42,7 @@ int cuda_forward_preprocess(cuda_engine_t *ce, cudaStream_t s, int slot, int n, 
 int cuda_forward_head(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err) {
         uint8_t *dev = cuda_engine_slot_dev(ce, slot);
 
-        return cuda_head(s, (const float *)(dev + ce->L.slot.logits_off), n, ce->top_k,
+        return cuda_head(s, (const float *)(dev + ce->L.slot.logits_off), n, ce->model->classes, ce->top_k,
                          (engine_topk_t *)(dev + ce->L.slot.topk_off), err);
 }
 
@@ -135,7 +135,7 @@ static int forward_fc(cuda_engine_t *ce, cudaStream_t s, int i, int slot, int n,
         int r;
 
         assert(ce->model->tensors[op->in].elems == (size_t)op->cin);
-        assert(op->cout == MODEL_CLASSES);
+        assert(op->cout == ce->model->classes);
         forward_gemm_of(ce, i, slot, n, &g);
         r = forward_gemm(ce, s, i, &g, err);
         if (r < 0)

@@ -1,6 +1,7 @@
 /* head: softmax and top-k of the logits, one block per sample.
  *
- *   logits  (n, 1000) fp32 (the FC writes fp32 in every precision)
+ *   logits  (n, classes) fp32 (the FC writes fp32 in every precision),
+ *           1 <= classes <= MODEL_CLASSES_MAX
  *   out     (n, top_k) engine_topk_t {cls, score}: the top_k classes by
  *           descending softmax probability, ties to the lower class index
  *
@@ -17,7 +18,13 @@
  * decision is block-uniform (every thread holds the same max and sum), so
  * the whole block leaves before the sort's barriers. Everything lives in
  * shared memory (8.3 KiB), so the plan's head scratch is 0 bytes. Not CUB:
- * a 1024-element block sort is short enough to own. */
+ * a 1024-element block sort is short enough to own.
+ *
+ * A row of more than 1024 classes is not sorted: each thread walks its
+ * strided share of the row for the max and the sum, then top_k rounds each
+ * pick the best (probability, class) pair that ranks after the previous
+ * pick (head_after), by a block-wide reduction in the same order: k passes
+ * over the row, the same ranks and ties as the sort. */
 #include <assert.h>
 #include <math.h>
 
@@ -28,7 +35,6 @@
 #define HEAD_THREADS 1024
 #define HEAD_WARPS (HEAD_THREADS / 32)
 
-static_assert(MODEL_CLASSES <= HEAD_THREADS, "one thread per class");
 
 /* a ranks before b */
 __host__ __device__ __forceinline__ bool head_before(float pa, int ia, float pb, int ib) {
@@ -84,17 +90,89 @@ __host__ __device__ __forceinline__ void head_sort_step(float *prob, int *cls, i
         }
 }
 
-__global__ void __launch_bounds__(HEAD_THREADS) head_kernel(const float *logits, int top_k, engine_topk_t *out) {
+/* Whether (p, c) may be the next pick after (prev_p, prev_c), and ranks
+ * before the best candidate so far (best_p, best_c): the wide path's step.
+ * prev_c < 0 means nothing was picked yet. */
+__host__ __device__ __forceinline__ bool head_after_better(float p, int c, float prev_p, int prev_c, float best_p,
+                                                          int best_c) {
+        if (prev_c >= 0 && !head_before(prev_p, prev_c, p, c))
+                return false;
+        return best_c < 0 || head_before(p, c, best_p, best_c);
+}
+
+/* The wide path (classes > HEAD_THREADS): see the file comment. */
+__device__ void head_wide(const float *row, int classes, int top_k, engine_topk_t *out, float *prob, int *cls,
+                          float *warp_buf) {
+        int t = threadIdx.x;
+        float mx = -INFINITY, e = 0.0f, sum, prev_p = 0.0f;
+        int prev_c = -1;
+
+        for (int i = t; i < classes; i += HEAD_THREADS)
+                mx = fmaxf(mx, row[i]);
+        mx = head_reduce<true>(mx, warp_buf);
+        for (int i = t; i < classes; i += HEAD_THREADS)
+                e += expf(row[i] - mx);
+        sum = head_reduce<false>(e, warp_buf);
+        if (!head_row_finite(mx, sum)) {
+                for (int j = t; j < top_k; j += HEAD_THREADS) {
+                        engine_topk_t r;
+                        r.cls = ENGINE_TOPK_NONFINITE;
+                        r.score = __int_as_float(0x7fc00000);   /* a quiet NaN */
+                        out[j] = r;
+                }
+                return;
+        }
+        for (int j = 0; j < top_k; j++) {
+                float best_p = -1.0f;
+                int best_c = -1;
+
+                for (int i = t; i < classes; i += HEAD_THREADS) {
+                        float p = expf(row[i] - mx) / sum;
+
+                        if (head_after_better(p, i, prev_p, prev_c, best_p, best_c)) {
+                                best_p = p;
+                                best_c = i;
+                        }
+                }
+                prob[t] = best_p;
+                cls[t] = best_c;
+                __syncthreads();
+                for (int half = HEAD_THREADS / 2; half > 0; half >>= 1) {
+                        if (t < half && cls[t + half] >= 0 &&
+                            (cls[t] < 0 || head_before(prob[t + half], cls[t + half], prob[t], cls[t]))) {
+                                prob[t] = prob[t + half];
+                                cls[t] = cls[t + half];
+                        }
+                        __syncthreads();
+                }
+                prev_p = prob[0];
+                prev_c = cls[0];
+                if (t == 0) {
+                        engine_topk_t r;
+                        r.cls = prev_c;
+                        r.score = prev_p;
+                        out[j] = r;
+                }
+                __syncthreads();        /* prob[0] and cls[0] are read before the next round writes */
+        }
+}
+
+__global__ void __launch_bounds__(HEAD_THREADS) head_kernel(const float *logits, int classes, int top_k,
+                                                            engine_topk_t *out) {
         __shared__ float prob[HEAD_THREADS];
         __shared__ int cls[HEAD_THREADS];
         __shared__ float warp_buf[HEAD_WARPS];
-        const float *row = logits + (size_t)blockIdx.x * MODEL_CLASSES;
+        const float *row = logits + (size_t)blockIdx.x * classes;
         int t = threadIdx.x;
         float x, mx, e, sum;
 
-        x = t < MODEL_CLASSES ? row[t] : -INFINITY;
+        if (classes > HEAD_THREADS) {   /* block-uniform */
+                head_wide(row, classes, top_k, out + (size_t)blockIdx.x * top_k, prob, cls, warp_buf);
+                return;
+        }
+        x = t < classes ? row[t] : -INFINITY;
         mx = head_reduce<true>(x, warp_buf);
-        e = t < MODEL_CLASSES ? expf(x - mx) : 0.0f;
+        e = t < classes ? expf(x - mx) : 0.0f;
         sum = head_reduce<false>(e, warp_buf);
         if (!head_row_finite(mx, sum)) {
                 if (t < top_k) {
@@ -106,7 +184,7 @@ __global__ void __launch_bounds__(HEAD_THREADS) head_kernel(const float *logits,
                 return;
         }
         /* Pads rank after every probability (>= 0) and after each other by class. */
-        prob[t] = t < MODEL_CLASSES ? e / sum : -1.0f;
+        prob[t] = t < classes ? e / sum : -1.0f;
         cls[t] = t;
         __syncthreads();
 
@@ -125,10 +203,12 @@ __global__ void __launch_bounds__(HEAD_THREADS) head_kernel(const float *logits,
         }
 }
 
-int cuda_head(cudaStream_t s, const float *logits, int n, int top_k, engine_topk_t *out, errbuf_t *err) {
+int cuda_head(cudaStream_t s, const float *logits, int n, int classes, int top_k, engine_topk_t *out,
+              errbuf_t *err) {
         assert(logits && out && n >= 1);
-        assert(top_k >= 1 && top_k <= MODEL_CLASSES);
-        head_kernel<<<n, HEAD_THREADS, 0, s>>>(logits, top_k, out);
+        assert(classes >= 1 && classes <= MODEL_CLASSES_MAX);
+        assert(top_k >= 1 && top_k <= classes && top_k <= ENGINE_TOPK_MAX);
+        head_kernel<<<n, HEAD_THREADS, 0, s>>>(logits, classes, top_k, out);
         CUDA_LAUNCH_RETURN("softmax/top-k kernel launch");
         return 0;
 }

@@ -5,7 +5,7 @@
  *            0, exactly like the CPU reference and torch). ResNet-50 uses
  *            it once: (n, 112, 112, 64) -> (n, 56, 56, 64), k 3, s 2, p 1.
  *   avgpool  in (n, h, w, c) -> out (n, c), the mean over h * w in fp32.
- *            ResNet-50: (n, 7, 7, 2048) -> (n, 2048).
+ *            ResNet-50: (n, 7, 7, 2048) -> (n, 2048); resnet18/34: 512.
  *
  * Both are memory-bound one-thread-per-output kernels with channel-fastest
  * indexing, so neighbouring threads touch neighbouring channels (coalesced).

@@ -186,6 +186,24 @@ def main():
     else:
         md.append(f"| inferd-run vs torchvision | — | — | — | no results: {cerr} |")
         bad.append(f"compare: no results ({cerr})")
+    # Your own model: resnet18/10 and resnet101, one quick run each (stage archs).
+    tests_dir = os.path.dirname(os.path.abspath(args.gpu_tests))
+    for arch in ("resnet18", "resnet101"):
+        at, aerr = load(os.path.join(tests_dir, f"gpu-tests-{arch}.json"))
+        ab, _ = load(os.path.join(args.work, f"bench-{arch}.json"))
+        doc["inputs"][f"gpu_tests_{arch}"] = at if at else {"error": aerr}
+        doc["inputs"][f"bench_{arch}"] = ab
+        ips = fmt_ips((ab or {}).get("images_per_second"))
+        if at:
+            worst = max([(r.get("figures") or {}).get("rel", 0) or 0 for r in at.get("results", [])] or [0])
+            for r in at.get("results", []):
+                if r["status"] == "fail":
+                    bad.append(f"{r['id']}: {r['detail']}")
+            md.append(f"| gpu-tests {arch} (quick; {ips} images/s at batch {(ab or {}).get('batch', '—')}) | {at.get('passed')} |"
+                      f" {at.get('failed')} | {at.get('skipped')} | rel {worst:.1e} |")
+        else:
+            md.append(f"| gpu-tests {arch} | — | — | — | no results: {aerr} |")
+            bad.append(f"gpu-tests {arch}: no results ({aerr})")
     md.append("")
 
     # Issue 13's open questions, answered by gpu-tests and the sanitizer.

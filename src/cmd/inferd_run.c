@@ -58,16 +58,17 @@ static void run_usage(FILE *out) {
               "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
               "             [--decode-fast] INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
-              "             [--precision P] [--backend B] [--batch N]\n"
+              "             [--precision P] [--backend B] [--batch N] [--weights FILE]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
               "\n"
               "INPUT is a JPEG or PNG file (decoded, resized to 256 on the shorter side and\n"
               "centre-cropped to 224, as torchvision's eval transform), or a raw record: 150528\n"
               "bytes of RGB8 224x224x3 (HWC), or 602112 bytes of float32 3x224x224 (CHW,\n"
               "little-endian, normalised). One JSON prediction line is printed per input, in\n"
-              "argument order. --logits writes N x 1000 float32 pre-softmax logits (little-endian)\n"
-              "in the same order; --rgb8 writes the N x 224x224x3 uint8 records as fed to the\n"
-              "engine (not for float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
+              "argument order. --logits writes N x K float32 pre-softmax logits (K: the model's\n"
+              "classes; little-endian) in the same order; --top K is capped by the classes;\n"
+              "--rgb8 writes the N x 224x224x3 uint8 records as fed to the engine (not for\n"
+              "float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
               "(default 20MiB) limit encoded images, as [decode] does in the daemon; --decode-fast\n"
               "decodes large JPEGs reduced in the DCT domain, as [decode] fast = yes.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
@@ -449,7 +450,7 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                 puts(line);
                 free(line);
         }
-        if (logits_out && fwrite(logits, sizeof(float) * MODEL_CLASSES, (size_t)n, logits_out) != (size_t)n) {
+        if (logits_out && fwrite(logits, sizeof(float) * (size_t)m->classes, (size_t)n, logits_out) != (size_t)n) {
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
                 return -EIO;
         }
@@ -606,18 +607,31 @@ fail:
 }
 
 static int run_plan(const run_args_t *a) {
+        engine_options_t o;
         char warning[512];
         model_t *m = NULL;
         errbuf_t err;
         plan_t p;
         int r;
 
-        r = model_describe(&m);
-        if (r < 0) {
-                fprintf(stderr, "inferd-run: out of memory\n");
-                return r;
+        if (a->weights) {
+                r = model_describe_file(&m, a->weights, &err);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: cannot read the weights: %s\n", err.msg);
+                        return r;
+                }
+        } else {
+                r = model_describe(&m);
+                if (r < 0) {
+                        fprintf(stderr, "inferd-run: out of memory\n");
+                        return r;
+                }
         }
-        r = engine_plan(m, &a->engine, &p, warning, sizeof(warning), &err);
+        /* --top K is capped by the class count, as when classifying. */
+        o = a->engine;
+        if (o.top_k > m->classes)
+                o.top_k = m->classes;
+        r = engine_plan(m, &o, &p, warning, sizeof(warning), &err);
         model_free(m);
         if (warning[0])
                 fprintf(stderr, "inferd-run: warning: %s\n", warning);
@@ -650,10 +664,6 @@ int main(int argc, char **argv) {
                 return run_plan(&a) < 0 ? 1 : 0;
         if (a.mode == RUN_INFER && run_check_inputs(&a) < 0)
                 return 1;
-        if (a.labels && labels_load(&labels, a.labels, MODEL_CLASSES, &err) < 0) {
-                fprintf(stderr, "inferd-run: %s\n", err.msg);
-                return 1;
-        }
         if (a.weights)
                 r = model_load(&m, a.weights, &err);
         else
@@ -662,6 +672,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "inferd-run: cannot load the weights: %s\n", err.msg);
                 goto out;
         }
+        if (a.labels && (r = labels_load(&labels, a.labels, m->classes, &err)) < 0) {
+                fprintf(stderr, "inferd-run: %s\n", err.msg);
+                goto out;
+        }
+        /* --top K is capped by the class count. */
+        if (a.engine.top_k > m->classes)
+                a.engine.top_k = m->classes;
         r = engine_open(&e, m, &a.engine, warning, sizeof(warning), &err);
         if (warning[0])
                 fprintf(stderr, "inferd-run: warning: %s\n", warning);

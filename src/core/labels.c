@@ -26,7 +26,7 @@ int labels_load(labels_t **ret, const char *path, int classes, errbuf_t *err) {
         char *line = NULL;
         size_t cap = 0;
         ssize_t n;
-        int r, lineno = 0;
+        int r, lineno = 0, extra = 0;  /* extra: lines past classes, counted for the message */
 
         f = fopen(path, "re");
         if (!f)
@@ -41,8 +41,8 @@ int labels_load(labels_t **ret, const char *path, int classes, errbuf_t *err) {
                 while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                         line[--n] = '\0';
                 if (l->count >= classes) {
-                        r = errbuf_set(err, -EINVAL, "%s: line %d: more than %d labels", path, lineno, classes);
-                        goto fail;
+                        extra++;
+                        continue;
                 }
                 if (n == 0) {
                         r = errbuf_set(err, -EINVAL, "%s: line %d: empty label", path, lineno);
@@ -59,8 +59,9 @@ int labels_load(labels_t **ret, const char *path, int classes, errbuf_t *err) {
                 r = errbuf_set(err, -EIO, "%s: read error", path);
                 goto fail;
         }
-        if (l->count != classes) {
-                r = errbuf_set(err, -EINVAL, "%s: %d labels, expected %d (one per line)", path, l->count, classes);
+        if (l->count + extra != classes) {
+                r = errbuf_set(err, -EINVAL, "%s has %d labels (one per line) but the model has %d classes", path,
+                               l->count + extra, classes);
                 goto fail;
         }
         free(line);

@@ -1,5 +1,5 @@
-/* model: the ResNet-50 v1.5 layer table, and loading + BN folding of its
- * weights from safetensors. See model.h. */
+/* model: a torchvision ResNet's layer table (from model_arch's detection),
+ * and loading + BN folding of its weights from safetensors. See model.h. */
 #include "core/model.h"
 
 #include <assert.h>
@@ -76,59 +76,92 @@ static int model_add_op(model_t *m, model_op_kind_t kind, const char *name, cons
         return op->out;
 }
 
-static void model_build(model_t *m) {
-        static const int widths[4] = { 64, 128, 256, 512 };
-        static const int blocks[4] = { 3, 4, 6, 3 };
+/* The layer table of arch, as torchvision builds it: the stride of a
+ * bottleneck on its 3x3 conv (v1.5), the downsample on block 0 of a stage
+ * when the stride or the channel count changes (so not on resnet18/34's
+ * layer1). */
+static void model_build(model_t *m, const model_arch_t *arch) {
+        static const int planes[4] = { 64, 128, 256, 512 };
         static const int strides[4] = { 1, 2, 2, 2 };
+        int expansion = arch->bottleneck ? 4 : 1;
         char name[MODEL_NAME_MAX], bn[MODEL_NAME_MAX];
         int x;
 
         memset(m, 0, sizeof(*m));
+        m->arch = *arch;
+        m->classes = arch->classes;
         m->input = model_add_tensor(m, MODEL_IN_H, MODEL_IN_W, MODEL_IN_C, -1);
         x = model_add_op(m, MODEL_OP_CONV, "conv1", "bn1", m->input, 64, 7, 2, 3, -1, 1);
         x = model_add_op(m, MODEL_OP_MAXPOOL, "maxpool", NULL, x, 64, 3, 2, 1, -1, 0);
         for (int l = 0; l < 4; l++) {
-                int w = widths[l];
+                int width = planes[l] * arch->width_factor, out_c = planes[l] * expansion;
 
-                for (int b = 0; b < blocks[l]; b++) {
-                        int s = b == 0 ? strides[l] : 1, identity = x, a, c;
+                for (int b = 0; b < arch->blocks[l]; b++) {
+                        int s = b == 0 ? strides[l] : 1, identity = x, a;
 
                         /* The downsample runs first so that the block input dies at conv1. */
-                        if (b == 0) {
+                        if (b == 0 && (s != 1 || m->tensors[x].c != out_c)) {
                                 snprintf(name, sizeof(name), "layer%d.0.downsample.0", l + 1);
                                 snprintf(bn, sizeof(bn), "layer%d.0.downsample.1", l + 1);
-                                identity = model_add_op(m, MODEL_OP_CONV, name, bn, x, 4 * w, 1, s, 0, -1, 0);
+                                identity = model_add_op(m, MODEL_OP_CONV, name, bn, x, out_c, 1, s, 0, -1, 0);
                         }
                         snprintf(name, sizeof(name), "layer%d.%d.conv1", l + 1, b);
                         snprintf(bn, sizeof(bn), "layer%d.%d.bn1", l + 1, b);
-                        a = model_add_op(m, MODEL_OP_CONV, name, bn, x, w, 1, 1, 0, -1, 1);
+                        if (!arch->bottleneck) {
+                                /* basic: 3x3 (stride) + ReLU, 3x3 + residual + ReLU */
+                                a = model_add_op(m, MODEL_OP_CONV, name, bn, x, width, 3, s, 1, -1, 1);
+                                snprintf(name, sizeof(name), "layer%d.%d.conv2", l + 1, b);
+                                snprintf(bn, sizeof(bn), "layer%d.%d.bn2", l + 1, b);
+                                x = model_add_op(m, MODEL_OP_CONV, name, bn, a, out_c, 3, 1, 1, identity, 1);
+                                continue;
+                        }
+                        /* bottleneck: 1x1, 3x3 (stride), 1x1 + residual + ReLU */
+                        a = model_add_op(m, MODEL_OP_CONV, name, bn, x, width, 1, 1, 0, -1, 1);
                         snprintf(name, sizeof(name), "layer%d.%d.conv2", l + 1, b);
                         snprintf(bn, sizeof(bn), "layer%d.%d.bn2", l + 1, b);
-                        c = model_add_op(m, MODEL_OP_CONV, name, bn, a, w, 3, s, 1, -1, 1);
+                        a = model_add_op(m, MODEL_OP_CONV, name, bn, a, width, 3, s, 1, -1, 1);
                         snprintf(name, sizeof(name), "layer%d.%d.conv3", l + 1, b);
                         snprintf(bn, sizeof(bn), "layer%d.%d.bn3", l + 1, b);
-                        x = model_add_op(m, MODEL_OP_CONV, name, bn, c, 4 * w, 1, 1, 0, identity, 1);
+                        x = model_add_op(m, MODEL_OP_CONV, name, bn, a, out_c, 1, 1, 0, identity, 1);
                 }
         }
-        x = model_add_op(m, MODEL_OP_AVGPOOL, "avgpool", NULL, x, MODEL_FEATURES, 1, 1, 0, -1, 0);
-        m->logits = model_add_op(m, MODEL_OP_FC, "fc", NULL, x, MODEL_CLASSES, 1, 1, 0, -1, 0);
+        x = model_add_op(m, MODEL_OP_AVGPOOL, "avgpool", NULL, x, m->tensors[x].c, 1, 1, 0, -1, 0);
+        m->logits = model_add_op(m, MODEL_OP_FC, "fc", NULL, x, arch->classes, 1, 1, 0, -1, 0);
 }
 
-int model_describe(model_t **ret) {
+int model_describe_arch(model_t **ret, const model_arch_t *arch) {
         model_t *m = calloc(1, sizeof(*m));
 
         if (!m)
                 return -ENOMEM;
-        model_build(m);
+        model_build(m, arch);
         *ret = m;
         return 0;
 }
 
+int model_describe(model_t **ret) {
+        model_arch_t arch;
+        errbuf_t err;
+
+        if (model_arch_by_name(&arch, "resnet50", 1000, &err) < 0)
+                return -EINVAL;
+        return model_describe_arch(ret, &arch);
+}
+
 int model_random(model_t **ret, uint64_t seed) {
+        model_arch_t arch;
+        errbuf_t err;
+
+        if (model_arch_by_name(&arch, "resnet50", 1000, &err) < 0)
+                return -EINVAL;
+        return model_random_arch(ret, &arch, seed);
+}
+
+int model_random_arch(model_t **ret, const model_arch_t *arch, uint64_t seed) {
         model_t *m;
         int r;
 
-        r = model_describe(&m);
+        r = model_describe_arch(&m, arch);
         if (r < 0)
                 return r;
         m->weights = malloc(m->weight_elems * sizeof(float));
@@ -298,10 +331,14 @@ static int model_expects(const model_t *m, const char *name) {
 }
 
 int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
+        model_arch_t arch;
         model_t *m = NULL;
         int r;
 
-        r = model_describe(&m);
+        r = model_detect(f, &arch, err);
+        if (r < 0)
+                return r;
+        r = model_describe_arch(&m, &arch);
         if (r < 0)
                 return errbuf_set(err, r, "out of memory");
         m->weights = malloc(m->weight_elems * sizeof(float));
@@ -314,8 +351,8 @@ int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
                 const char *name = st_get(f, i)->name;
 
                 if (!model_expects(m, name)) {
-                        r = errbuf_set(err, -EINVAL, "%s: unexpected tensor '%s': not part of ResNet-50",
-                                       st_name(f), name);
+                        r = errbuf_set(err, -EINVAL, "%s: an unexpected tensor '%s' (not part of %s)",
+                                       st_name(f), name, m->arch.name);
                         goto fail;
                 }
         }
@@ -336,6 +373,22 @@ int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
 fail:
         model_free(m);
         return r;
+}
+
+int model_describe_file(model_t **ret, const char *path, errbuf_t *err) {
+        model_arch_t arch;
+        st_file_t *f = NULL;
+        int r;
+
+        r = st_open(&f, path, err);
+        if (r < 0)
+                return r;
+        r = model_detect(f, &arch, err);
+        st_free(f);
+        if (r < 0)
+                return r;
+        r = model_describe_arch(ret, &arch);
+        return r < 0 ? errbuf_set(err, r, "out of memory") : 0;
 }
 
 int model_load(model_t **ret, const char *path, errbuf_t *err) {

@@ -1,4 +1,10 @@
-/* model: the ResNet-50 v1.5 description and its weights.
+/* model: a torchvision ResNet's description and its weights.
+ *
+ * The architecture comes from the weights file alone (model_detect):
+ * resnet18/34 (basic blocks), resnet50/101/152 and wide_resnet50_2/101_2
+ * (bottlenecks), with any class count from 1 to MODEL_CLASSES_MAX taken
+ * from fc.weight's shape. Without a file the table is ResNet-50 with 1000
+ * classes (model_describe), which is what the planner assumes by default.
  *
  * One layer table serves both engines and the planner: every op (convolution,
  * pool, fully connected) with its geometry and the activation tensors it reads
@@ -23,15 +29,24 @@
 #include "core/errbuf.h"
 #include "core/st.h"
 
-#define MODEL_CLASSES 1000
+#define MODEL_CLASSES_MAX 100000        /* fc.weight's rows: 1..MODEL_CLASSES_MAX */
 #define MODEL_IN_H 224
 #define MODEL_IN_W 224
 #define MODEL_IN_C 3
-#define MODEL_FEATURES 2048
 #define MODEL_BN_EPS 1e-5
-#define MODEL_MAX_OPS 64
-#define MODEL_MAX_TENSORS 64
+#define MODEL_MAX_OPS 160               /* resnet152: 158 */
+#define MODEL_MAX_TENSORS 160
 #define MODEL_NAME_MAX 32
+#define MODEL_ARCH_MAX 24
+
+/* What model_detect reads from a file, and what model_describe_arch builds. */
+typedef struct model_arch {
+        char name[MODEL_ARCH_MAX];      /* "resnet18" ... "wide_resnet101_2" */
+        int bottleneck;                 /* 0: basic blocks (two 3x3), 1: bottlenecks (1x1, 3x3, 1x1) */
+        int blocks[4];                  /* per stage, layer1..layer4 */
+        int width_factor;               /* inner width / planes: 1, or 2 for wide_resnet */
+        int classes;                    /* fc's outputs */
+} model_arch_t;
 
 typedef enum model_op_kind {
         MODEL_OP_CONV,          /* conv + folded BN, + residual, + ReLU */
@@ -54,7 +69,7 @@ typedef struct model_op {
         int in, out;            /* tensor ids */
         int residual;           /* tensor id added before the ReLU (same shape as out), or -1 */
         int relu;
-        int cin, cout;          /* channels; fc: MODEL_FEATURES -> MODEL_CLASSES */
+        int cin, cout;          /* channels; fc: features (512 or 2048) -> classes */
         int kh, kw, stride, pad;        /* conv and maxpool; 1,1,1,0 for fc */
         int h_in, w_in, h_out, w_out;
         size_t w_off;           /* into model->weights: (cout, kh, kw, cin) fp32; conv and fc only */
@@ -67,7 +82,9 @@ typedef struct model {
         int n_tensors;
         model_tensor_t tensors[MODEL_MAX_TENSORS];
         int input;              /* tensor id: (224, 224, 3) normalised */
-        int logits;             /* tensor id: (1, 1, 1000) */
+        int logits;             /* tensor id: (1, 1, classes) */
+        int classes;            /* arch.classes: the logits per sample */
+        model_arch_t arch;
         size_t weight_elems;    /* every conv and fc weight, counted once */
         size_t bias_elems;
         float *weights;         /* (weight_elems) folded, NULL when described only or dropped */
@@ -75,19 +92,37 @@ typedef struct model {
         char id[24];            /* "sha256:<first 12 hex of the file's digest>", "" when not from a file */
 } model_t;
 
-/* The layer table alone, without weights: enough to plan. */
+/* The layer table alone, without weights: enough to plan. model_describe
+ * is ResNet-50 with 1000 classes. */
 int model_describe(model_t **ret);
+int model_describe_arch(model_t **ret, const model_arch_t *arch);
+
+/* The architecture called name ("resnet18", ..., "wide_resnet101_2") with
+ * classes outputs. Returns 0, or -EINVAL with a sentence naming the choices. */
+int model_arch_by_name(model_arch_t *ret, const char *name, int classes, errbuf_t *err);
+
+/* Reads the architecture from f's tensor names and shapes alone (conv3
+ * present: bottlenecks; blocks per stage: the highest layerN.i; widths and
+ * classes: conv1's and fc's shapes). Returns 0, or -EINVAL with one sentence
+ * naming what did not fit. Tensors are checked in full by model_load_st. */
+int model_detect(const st_file_t *f, model_arch_t *ret, errbuf_t *err);
 
 /* Reads path, validates it against the table, and folds BN.
  * Returns 0, or -errno with a sentence naming the file and tensor. */
 int model_load(model_t **ret, const char *path, errbuf_t *err);
 
+/* The layer table of the model in path, from its header alone (model_detect):
+ * enough to plan, no weights read. */
+int model_describe_file(model_t **ret, const char *path, errbuf_t *err);
+
 /* The same from an already opened file (model->id stays ""). */
 int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err);
 
 /* The layer table with seeded random weights (He-scaled uniform, zero
- * biases): for benchmarks that have no weights file. Not for predictions. */
+ * biases): for benchmarks that have no weights file. Not for predictions.
+ * model_random is ResNet-50 with 1000 classes. */
 int model_random(model_t **ret, uint64_t seed);
+int model_random_arch(model_t **ret, const model_arch_t *arch, uint64_t seed);
 
 /* Frees the host copy of the weights once an engine holds its own (the CUDA
  * engine after its upload), so one weight set stays resident. */

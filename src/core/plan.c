@@ -253,6 +253,8 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->max_batch = batch;
         p->pipeline_depth = req->pipeline_depth;
         p->top_k = req->top_k;
+        snprintf(p->model, sizeof(p->model), "%s", m->arch.name);
+        p->classes = m->classes;
         p->record_bytes = req->record_bytes;
         p->device_memory_bytes = req->device_memory_bytes;
         p->budget_bytes = req->budget_bytes;
@@ -401,6 +403,9 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
                 return errbuf_set(err, -EINVAL, "max_batch must be at least 1, not %d", req->max_batch);
         if (req->precision == PRECISION_AUTO || req->backend == BACKEND_AUTO || !req->terms)
                 return errbuf_set(err, -EINVAL, "the plan needs a resolved backend and precision");
+        if (req->top_k > m->classes)
+                return errbuf_set(err, -EINVAL, "top-k %d is above the %d class%s of the model (%s)", req->top_k,
+                                  m->classes, m->classes == 1 ? "" : "es", m->arch.name);
         r = plan_at_batch(m, req, 1, &p);
         if (r < 0)
                 return errbuf_set(err, r, "the %s engine cannot plan this request", backend_name(req->backend));
@@ -450,7 +455,7 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
 
 int plan_write_json(const plan_t *p, FILE *out) {
         fprintf(out,
-                "{\"backend\":\"%s\",\"precision\":\"%s\",\"max_batch\":%d,\"pipeline_depth\":%d,"
+                "{\"model\":\"%s\",\"classes\":%d,\"backend\":\"%s\",\"precision\":\"%s\",\"max_batch\":%d,\"pipeline_depth\":%d,"
                 "\"weights_bytes\":%llu,\"activation_bytes_per_sample\":%llu,\"activation_bytes\":%llu,"
                 "\"workspace_bytes\":%llu,\"staging_bytes\":%llu,\"context_bytes\":%llu,\"graph_bytes\":%llu,"
                 "\"pinned_host_bytes\":%llu,\"total_bytes\":%llu,\"budget_bytes\":%llu,"
@@ -460,8 +465,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
                 "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,\"held_arena_bytes\":%llu,"
                 "\"arena_kept_bytes\":%llu,\"held_pinned_host_bytes\":%llu,\"carved_pinned_host_bytes\":%llu}\n",
-                backend_name(p->backend), precision_name(p->precision), p->max_batch, p->pipeline_depth,
-                (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
+                p->model, p->classes, backend_name(p->backend), precision_name(p->precision), p->max_batch,
+                p->pipeline_depth, (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
                 (unsigned long long)p->activation_bytes, (unsigned long long)p->workspace_bytes,
                 (unsigned long long)p->engine.staging_bytes, (unsigned long long)p->engine.context_bytes,
                 (unsigned long long)p->engine.graph_bytes, (unsigned long long)p->pinned_host_bytes,
@@ -492,7 +497,8 @@ int plan_write_text(const plan_t *p, FILE *out) {
         };
         char a[32], b[32];
 
-        fprintf(out, "memory plan: %s engine, %s, batch up to %d, %d pipeline slots\n", backend_name(p->backend),
+        fprintf(out, "memory plan: %s with %d class%s, %s engine, %s, batch up to %d, %d pipeline slots\n",
+                p->model, p->classes, p->classes == 1 ? "" : "es", backend_name(p->backend),
                 precision_name(p->precision), p->max_batch, p->pipeline_depth);
         if (p->limit == PLAN_LIMIT_OPERAND)
                 fprintf(out, "  batch capped at %d: one more sample takes the largest GEMM operand (%llu elements a "

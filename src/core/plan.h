@@ -185,6 +185,8 @@ typedef struct plan_request {
 } plan_request_t;
 
 typedef struct plan {
+        char model[MODEL_ARCH_MAX];     /* the planned model's architecture: "resnet50" */
+        int classes;                    /* its logits per sample */
         backend_t backend;
         precision_t precision;
         int max_batch;                  /* the largest batch that fits */

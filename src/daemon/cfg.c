@@ -66,7 +66,7 @@ static const cfg_key_t cfg_keys[] = {
         { "service", "log_level", CFG_T_LOG_LEVEL, "info", 0, 0, true, false, F(service.log_level),
           "Least severe message logged." },
         { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
-          "Classes per prediction, most probable first." },
+          "Classes per prediction, most probable first; at most the model's class count (more is refused at start and on reload)." },
 
         { "kafka", "brokers", CFG_T_STRING, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
           "Bootstrap servers, host:port[,host:port...]." },
@@ -90,9 +90,9 @@ static const cfg_key_t cfg_keys[] = {
           "(0: one transaction per batch)." },
 
         { "model", "weights", CFG_T_PATH, NULL, 0, 0, true, false, F(model.weights),
-          "ResNet-50 safetensors file (torchvision state_dict names; F32, F16 or BF16). Live: a new file is swapped in place (validated first, never two weight sets on the device)." },
-        { "model", "labels", CFG_T_PATH, "", 0, 0, false, true, F(model.labels),
-          "Class labels, one per line (1000 lines); empty for none." },
+          "A torchvision ResNet's safetensors file (state_dict names; F32, F16 or BF16): resnet18, 34, 50, 101, 152, wide_resnet50_2 or 101_2, any class count, detected from the file. Live: a new file is swapped in place (validated first, never two weight sets on the device), and may change the architecture and the class count." },
+        { "model", "labels", CFG_T_PATH, "", 0, 0, true, true, F(model.labels),
+          "Class labels, one per line: exactly as many lines as the model has classes; empty for none. Live: read again with a model swap in place." },
         { "model", "precision", CFG_T_PRECISION, "fp16", 0, 0, true, false, F(model.precision),
           "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32. Live: by a model swap in place, within the arena allocated at start." },
 

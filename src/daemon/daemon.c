@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "daemon/batch.h"
+#include "daemon/daemon_model.h"
 #include "daemon/httpd.h"
 #include "daemon/kafka.h"
 #include "daemon/log.h"
@@ -99,6 +100,7 @@ struct daemon {
         int stage_efd;                  /* eventfd: the thread is done */
         sd_event_source *stage_io;
         model_t *stage_model;           /* the thread's result; owned from the join on */
+        labels_t *stage_labels;         /* the new config's labels, read against stage_model's classes */
         struct stat stage_stat;         /* the staged file's identity, read before its load */
         bool stage_have_stat;
         /* The identity of the weights file the running model came from, so
@@ -108,6 +110,8 @@ struct daemon {
         int stage_r;
         errbuf_t stage_err;
         model_t *swap_model;            /* owned: staged, its plan checked, waiting for the slots to empty */
+        labels_t *swap_labels;          /* owned: swap_model's labels (NULL: none configured) */
+        char model_name[MODEL_ARCH_MAX + 32];   /* build_info's model label: daemon_model_name */
         plan_t swap_plan;
         uint64_t swap_paused_us;        /* when fetching was paused for the swap */
         daemon_reload_stats_t reload_stats;
@@ -732,6 +736,8 @@ static void daemon_swap_end(daemon_t *d, const char *result) {
         d->swap_cfg = NULL;
         model_free(d->swap_model);
         d->swap_model = NULL;
+        labels_free(d->swap_labels);
+        d->swap_labels = NULL;
         if (d->swap_paused_us && !d->txn_closing && !d->exit_status && !d->draining && d->pipeline) {
                 pipeline_set_intake(d->pipeline, true);
                 daemon_pump(d);
@@ -774,10 +780,16 @@ static void daemon_swap_apply(daemon_t *d) {
                 daemon_fail(d, 1);
                 return;
         }
-        /* The engine reads the new model's weights; the old set goes. */
+        /* The engine reads the new model's weights; the old set goes. The
+         * labels go with the model (the pipeline borrows them). */
         d->model = d->swap_model;
         d->swap_model = NULL;
         model_free(old);
+        pipeline_set_labels(d->pipeline, d->swap_labels);
+        labels_free(d->labels);
+        d->labels = d->swap_labels;
+        d->swap_labels = NULL;
+        memcpy(d->cfg->model.labels, d->swap_cfg->model.labels, sizeof(d->cfg->model.labels));
         memcpy(d->cfg->model.weights, d->swap_cfg->model.weights, sizeof(d->cfg->model.weights));
         d->weights_stat = d->stage_stat;
         d->have_weights_stat = d->stage_have_stat;
@@ -794,11 +806,12 @@ static void daemon_swap_apply(daemon_t *d) {
         plan = engine_plan_of(d->engine);
         /* The plan charges what the engine holds since start: its whole
          * arena and staging, whatever this batch carves of them. */
-        log_info("Swapped the model in place to %s ('%s'): engine %s %s, batch %d, device plan %s with the %s "
+        log_info("Swapped the model in place to %s (%s, %d class%s, '%s'): engine %s %s, batch %d, device plan %s with the %s "
                  "arena allocated at start, host plan %s of %s with the %d decode thread%s running since start "
                  "and the %s of pinned buffers allocated at start; the swap took %.1f ms, fetching was paused for "
                  "%.1f ms",
-                 d->model->id, d->cfg->model.weights, engine_backend(d->engine),
+                 d->model->id, d->model->arch.name, d->model->classes, d->model->classes == 1 ? "" : "es",
+                 d->cfg->model.weights, engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine),
                  units_format_size(plan->total_bytes, size, sizeof(size)),
                  units_format_size(plan->held_arena_bytes, arena, sizeof(arena)),
@@ -828,6 +841,8 @@ static void *daemon_stage_main(void *userdata) {
 
         d->stage_have_stat = stat(d->swap_cfg->model.weights, &d->stage_stat) == 0;
         d->stage_r = model_load(&d->stage_model, d->swap_cfg->model.weights, &d->stage_err);
+        if (d->stage_r == 0)
+                d->stage_r = daemon_model_check(d->swap_cfg, d->stage_model, &d->stage_labels, &d->stage_err);
         if (write(d->stage_efd, &one, sizeof(one)) != sizeof(one))
                 abort();        /* an eventfd write of 1 cannot fail */
         return NULL;
@@ -855,12 +870,16 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                 return 0;
         daemon_stage_join(d);
         if (d->stage_r < 0) {
+                model_free(d->stage_model);
+                d->stage_model = NULL;
                 snprintf(why, sizeof(why), "%s", d->stage_err.msg);
                 daemon_swap_reject(d, why);
                 return 0;
         }
         d->swap_model = d->stage_model;
         d->stage_model = NULL;
+        d->swap_labels = d->stage_labels;
+        d->stage_labels = NULL;
         if (d->draining || d->exit_status) {
                 log_info("Reload: not swapping the model: the daemon is stopping");
                 daemon_swap_end(d, "rejected");
@@ -882,9 +901,11 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                             units_format_size(d->swap_plan.pinned_host_bytes, pinned, sizeof(pinned)),
                             d->swap_plan.decode_threads, d->swap_plan.decode_threads == 1 ? "" : "s");
         /* Step 3: nothing new is taken; what is in the slots finishes. */
-        log_info("Reload: %s from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "
+        log_info("Reload: %s (%s, %d class%s) from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "
                  "flight",
-                 d->swap_model->id, d->swap_cfg->model.weights, precision_name(d->swap_plan.precision),
+                 d->swap_model->id, d->swap_model->arch.name, d->swap_model->classes,
+                 d->swap_model->classes == 1 ? "" : "es", d->swap_cfg->model.weights,
+                 precision_name(d->swap_plan.precision),
                  d->swap_plan.max_batch, daemon_records_in_slots(d));
         d->swap_paused_us = daemon_now_us();
         pipeline_set_intake(d->pipeline, false);
@@ -939,9 +960,11 @@ static bool daemon_weights_replaced(daemon_t *d, const char *path) {
                sb.st_mtim.tv_nsec != d->weights_stat.st_mtim.tv_nsec;
 }
 
-/* [model] weights and precision and the budgets are taken by a swap. */
+/* [model] weights, precision and labels (a new model may have another
+ * class count) and the budgets are taken by a swap. */
 static bool daemon_is_swap_key(const cfg_change_t *c) {
-        return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision"))) ||
+        return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision") ||
+                                                 !strcmp(c->key, "labels"))) ||
                (!strcmp(c->section, "memory") && (!strcmp(c->key, "gpu_budget") || !strcmp(c->key, "host_budget")));
 }
 
@@ -999,6 +1022,13 @@ static void daemon_reload(daemon_t *d) {
                         d->cfg->service.log_level = next->service.log_level;
                         log_set_level(next->service.log_level);
                 } else if (!strcmp(c->section, "service") && !strcmp(c->key, "top_k")) {
+                        if (next->service.top_k > d->model->classes) {
+                                log_warning("Reload: [service] top_k = %d is above the %d class%s of the running "
+                                            "model (%s); keeping %d",
+                                            next->service.top_k, d->model->classes,
+                                            d->model->classes == 1 ? "" : "es", d->model->arch.name, st.top_k);
+                                continue;
+                        }
                         if (pipeline_set_top_k(d->pipeline, next->service.top_k) < 0) {
                                 log_warning("Reload: [service] top_k = %d is above the %d the engine was opened "
                                             "with; this needs a restart, keeping %d",
@@ -1167,7 +1197,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.gpu_arena_bytes = d->gpu.arena_bytes;
         s.state = daemon_state(d);
         s.version = d->version;
-        s.model = d->model ? d->model->id : NULL;
+        s.model = d->model ? daemon_model_name(d->model, d->model_name, sizeof(d->model_name)) : NULL;
         s.reloads_applied = d->reload_stats.reloads_applied;
         s.reloads_rejected = d->reload_stats.reloads_rejected;
         s.swaps_applied = d->reload_stats.swaps_applied;
@@ -1334,7 +1364,9 @@ void daemon_free(daemon_t *d) {
         /* A staging thread still loading a file reads d->swap_cfg. */
         daemon_stage_join(d);
         model_free(d->stage_model);
+        labels_free(d->stage_labels);
         model_free(d->swap_model);
+        labels_free(d->swap_labels);
         cfg_free(d->swap_cfg);
         sd_event_source_unref(d->stage_io);
         if (d->stage_efd >= 0)
@@ -1429,12 +1461,18 @@ int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, 
         char host[32];
         int r;
 
+        char note[PATH_MAX + 96];
+
         daemon_engine_options(c, &o, host, sizeof(host));
-        r = model_describe(&m);
+        r = daemon_model_describe(c, &m, note, sizeof(note), err);
         if (r < 0)
-                return errbuf_set(err, r, "Failed to describe the model: %s", strerror(-r));
-        r = engine_plan(m, &o, ret, warning, warning_len, err);
+                return r;
+        r = daemon_model_check(c, m, NULL, err);
+        if (r == 0)
+                r = engine_plan(m, &o, ret, warning, warning_len, err);
         model_free(m);
+        if (r == 0 && note[0] && warning && warning_len && !warning[0])
+                snprintf(warning, warning_len, "%s", note);
         return r;
 }
 
@@ -1484,12 +1522,13 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                 r = model_load(&d->model, d->cfg->model.weights, err);
                 if (r < 0)
                         return r;
+                log_info("Model %s: %s with %d class%s from '%s'%s%s", d->model->id, d->model->arch.name,
+                         d->model->classes, d->model->classes == 1 ? "" : "es", d->cfg->model.weights,
+                         d->cfg->model.labels[0] ? ", labels " : "", d->cfg->model.labels);
         }
-        if (d->cfg->model.labels[0]) {
-                r = labels_load(&d->labels, d->cfg->model.labels, MODEL_CLASSES, err);
-                if (r < 0)
-                        return r;
-        }
+        r = daemon_model_check(d->cfg, d->model, &d->labels, err);
+        if (r < 0)
+                return r;
         daemon_serve_starting(d);
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Planning and opening the engine",
                    DAEMON_START_EXTEND_US);

@@ -12,9 +12,9 @@
 
 typedef struct pipebench {
         int efd;                /* eventfd: a slot completed */
-        int depth, max_batch, top_k;
+        int depth, max_batch, top_k, classes;
         unsigned char *input;   /* (depth, max_batch, RECORD_MAX_BYTES) host staging, never read */
-        float *logits;          /* (depth, max_batch, 1000) zeros */
+        float *logits;          /* (depth, max_batch, classes) zeros */
         engine_topk_t *topk;    /* (depth, max_batch, top_k) class 0, score 0 */
         int *done;              /* (depth) FIFO of completed slots */
         int done_head, done_len;
@@ -36,7 +36,8 @@ static int pipebench_ops_open(engine_t *e, errbuf_t *err) {
         /* calloc: pages never written cost nothing, like the pinned slots
          * they stand in for. */
         p->input = calloc(records, RECORD_MAX_BYTES);
-        p->logits = calloc(records * MODEL_CLASSES, sizeof(float));
+        p->classes = e->plan.classes;
+        p->logits = calloc(records * (size_t)p->classes, sizeof(float));
         p->topk = calloc(records * (size_t)p->top_k, sizeof(engine_topk_t));
         p->done = calloc((size_t)p->depth, sizeof(int));
         e->impl = p;
@@ -101,7 +102,7 @@ static int pipebench_ops_reap(engine_t *e, int *slot, errbuf_t *err) {
 static const float *pipebench_ops_slot_logits(engine_t *e, int slot) {
         pipebench_t *p = e->impl;
 
-        return p->logits + (size_t)slot * (size_t)p->max_batch * MODEL_CLASSES;
+        return p->logits + (size_t)slot * (size_t)p->max_batch * (size_t)p->classes;
 }
 
 static const engine_topk_t *pipebench_ops_slot_topk(engine_t *e, int slot) {

@@ -1103,7 +1103,15 @@ int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *pre
         p->meta.model_id = model_id;
         p->meta.precision = precision;
         pipeline_set_max_batch(p, max_batch);
+        /* A model of fewer classes may have lowered the engine's top-k. */
+        p->engine_top_k = engine_plan_of(p->engine)->top_k;
+        if (p->top_k > p->engine_top_k)
+                p->top_k = p->engine_top_k;
         return 0;
+}
+
+void pipeline_set_labels(pipeline_t *p, const labels_t *labels) {
+        p->meta.labels = labels;
 }
 
 void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {

@@ -262,6 +262,9 @@ void pipeline_set_headers(pipeline_t *p, bool trace_headers, bool timing_header)
  * while records are in the slots. */
 int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch);
 
+/* The labels of a swapped-in model (borrowed; NULL: none), set with it. */
+void pipeline_set_labels(pipeline_t *p, const labels_t *labels);
+
 /* Fills *ret; all zero for a NULL pipeline (not started yet). */
 void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret);
 

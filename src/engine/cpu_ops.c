@@ -186,42 +186,59 @@ void cpu_softmax(int n, int m, const float *in, float *out) {
         }
 }
 
-int cpu_head_row(const float *logits, int k, engine_topk_t *out) {
-        float probs[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+int cpu_head_row(const float *logits, int classes, int k, engine_topk_t *out) {
+        float mx = -INFINITY, sum = 0.0f;
+        double dsum = 0.0;
 
-        for (int i = 0; i < MODEL_CLASSES; i++)
+        for (int i = 0; i < classes; i++)
                 mx = fmaxf(mx, logits[i]);
-        for (int i = 0; i < MODEL_CLASSES; i++)
+        for (int i = 0; i < classes; i++)
                 sum += expf(logits[i] - mx);
         if (!isfinite(mx) || !isfinite(sum)) {
                 for (int j = 0; j < k; j++)
                         out[j] = (engine_topk_t){ .cls = ENGINE_TOPK_NONFINITE, .score = NAN };
                 return 0;
         }
-        cpu_softmax(1, MODEL_CLASSES, logits, probs);
-        cpu_topk(MODEL_CLASSES, k, probs, out);
+        /* Softmax is monotonic: rank the probabilities as cpu_softmax gives
+         * them, without a (classes) buffer, by ranking expf(x - max) (the
+         * same order, the same ties) and dividing the k winners by the sum. */
+        for (int i = 0; i < classes; i++)
+                dsum += expf(logits[i] - mx);
+        cpu_topk_map(classes, k, logits, mx, out);
+        for (int j = 0; j < k; j++)
+                out[j].score = (float)(out[j].score / dsum);
         return 1;
 }
 
-void cpu_topk(int m, int k, const float *x, engine_topk_t *out) {
+/* The best k of f(x[i]), f = identity or expf(x[i] - sub): insertion into a
+ * sorted list of the best k so far. A later index never displaces an equal
+ * value, so ties go to the lower index. */
+static void cpu_topk_of(int m, int k, const float *x, int use_exp, float sub, engine_topk_t *out) {
         int n = 0;
 
         assert(k >= 1 && k <= m);
-        /* Insertion into a sorted list of the best k so far. A later index
-         * never displaces an equal value, so ties go to the lower index. */
         for (int i = 0; i < m; i++) {
+                float v = use_exp ? expf(x[i] - sub) : x[i];
                 int pos;
 
-                if (n == k && !(x[i] > out[k - 1].score))
+                if (n == k && !(v > out[k - 1].score))
                         continue;
                 pos = n < k ? n++ : k - 1;
-                while (pos > 0 && x[i] > out[pos - 1].score) {
+                while (pos > 0 && v > out[pos - 1].score) {
                         out[pos] = out[pos - 1];
                         pos--;
                 }
                 out[pos].cls = i;
-                out[pos].score = x[i];
+                out[pos].score = v;
         }
+}
+
+void cpu_topk(int m, int k, const float *x, engine_topk_t *out) {
+        cpu_topk_of(m, k, x, 0, 0.0f, out);
+}
+
+void cpu_topk_map(int m, int k, const float *x, float mx, engine_topk_t *out) {
+        cpu_topk_of(m, k, x, 1, mx, out);
 }
 
 void cpu_preprocess_rgb8(const uint8_t *hwc, float *out) {

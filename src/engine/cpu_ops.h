@@ -59,13 +59,17 @@ void cpu_softmax(int n, int m, const float *in, float *out);
 /* The k largest of x (m), by descending value, ties to the lower index. */
 void cpu_topk(int m, int k, const float *x, engine_topk_t *out);
 
-/* The head of one row of logits (1000) as both engines define it: when the
+/* The best k of expf(x[i] - mx) over x (m), as cpu_topk ranks them; the
+ * scores are those unnormalised values. */
+void cpu_topk_map(int m, int k, const float *x, float mx, engine_topk_t *out);
+
+/* The head of one row of logits (classes) as both engines define it: when the
  * row's max (fmaxf over the row, which passes over NaN, as the CUDA head's
  * reduction does) or its sum of expf(x - max) is not finite, every entry of
  * out (k) becomes { ENGINE_TOPK_NONFINITE, NaN } and 0 is returned;
  * otherwise out holds the top k of the softmax (cpu_softmax, cpu_topk) and 1
  * is returned. */
-int cpu_head_row(const float *logits, int k, engine_topk_t *out);
+int cpu_head_row(const float *logits, int classes, int k, engine_topk_t *out);
 
 /* One record to the network input (224, 224, 3) fp32 NHWC:
  * rgb8 (224, 224, 3) uint8 HWC -> (x / 255 - mean) / std, torchvision's

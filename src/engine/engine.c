@@ -160,7 +160,8 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
          * precision and the batch may change. */
         so.backend = e->request.backend;
         so.pipeline_depth = e->plan.pipeline_depth;
-        so.top_k = e->plan.top_k;
+        /* The top-k opened with, within the new model's classes. */
+        so.top_k = e->request.top_k < next->classes ? e->request.top_k : next->classes;
         if (so.max_batch > e->plan.max_batch)
                 so.max_batch = e->plan.max_batch;
         r = engine_request(&so, 1, &req, NULL, 0, err);

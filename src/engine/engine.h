@@ -30,10 +30,10 @@
 #include "core/record.h"
 #include "engine/pack.h"
 
-#define ENGINE_TOPK_MAX MODEL_CLASSES
+#define ENGINE_TOPK_MAX 1000    /* and at most the model's classes */
 
 typedef struct engine_topk {
-        int32_t cls;            /* class index, 0..999 */
+        int32_t cls;            /* class index, 0..classes-1 */
         float score;            /* softmax probability */
 } engine_topk_t;
 
@@ -73,7 +73,7 @@ typedef struct engine_ops {
         void *(*slot_input)(engine_t *e, int slot);     /* pack_capacity_bytes(max_batch) of host staging */
         int (*submit)(engine_t *e, int slot, int n, errbuf_t *err);
         int (*reap)(engine_t *e, int *slot, errbuf_t *err);     /* 1 + slot, 0 none, -errno */
-        const float *(*slot_logits)(engine_t *e, int slot);     /* (n, 1000) fp32 */
+        const float *(*slot_logits)(engine_t *e, int slot);     /* (n, classes) fp32 */
         const engine_topk_t *(*slot_topk)(engine_t *e, int slot);       /* (n, top_k) */
         int (*completion_fd)(engine_t *e);
         /* A model swap in place (engine_swap_plan, engine_swap); NULL in an
@@ -196,7 +196,7 @@ int engine_wait(engine_t *e, int slot, errbuf_t *err);
  * CUDA's sentence when the driver fails. */
 int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 
-/* Results of a completed slot: logits (n, 1000) fp32, and top-k (n, top_k)
+/* Results of a completed slot: logits (n, classes) fp32, and top-k (n, top_k)
  * sorted by descending score; a row whose logits are not finite is marked
  * (ENGINE_TOPK_NONFINITE above). */
 const float *engine_slot_logits(engine_t *e, int slot);

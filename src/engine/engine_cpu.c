@@ -37,7 +37,7 @@ typedef struct engine_cpu_layout {
         size_t activation_bytes;        /* arena: activations of max_batch */
         size_t workspace_bytes;         /* arena: im2col scratch */
         size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
-        size_t logits_bytes_per_slot;   /* host: (batch, 1000) fp32 */
+        size_t logits_bytes_per_slot;   /* host: (batch, classes) fp32 */
         size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
         size_t host_bytes;              /* all slots */
 } engine_cpu_layout_t;
@@ -72,7 +72,7 @@ static void engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, i
         l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * sizeof(float));
         l->workspace_bytes = engine_cpu_align(ws * sizeof(float));
         l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
-        l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * MODEL_CLASSES * sizeof(float));
+        l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * m->classes * sizeof(float));
         l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
         l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot);
 }
@@ -186,10 +186,11 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         }
         logits = (float *)engine_cpu_slot_logits(e, slot);
         top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
-        memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * MODEL_CLASSES * sizeof(float));
+        memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * m->classes * sizeof(float));
         /* A row with non-finite logits is marked, not ranked (engine.h). */
         for (int i = 0; i < n; i++)
-                cpu_head_row(logits + (size_t)i * MODEL_CLASSES, e->plan.top_k, top + (size_t)i * e->plan.top_k);
+                cpu_head_row(logits + (size_t)i * m->classes, m->classes, e->plan.top_k,
+                             top + (size_t)i * e->plan.top_k);
 }
 
 static void *engine_cpu_worker(void *userdata) {

@@ -96,7 +96,7 @@ int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int t
         engine_cuda_layout_t L;
         uint64_t b, pb, off;
 
-        if (!m || !ret || depth < 1 || batch < 1 || top_k < 1 || top_k > ENGINE_TOPK_MAX)
+        if (!m || !ret || depth < 1 || batch < 1 || top_k < 1 || top_k > ENGINE_TOPK_MAX || top_k > m->classes)
                 return -EINVAL;
         if (p != PRECISION_FP32 && p != PRECISION_FP16 && p != PRECISION_BF16)
                 return -EINVAL;
@@ -120,7 +120,7 @@ int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int t
         L.slot.offsets_off = off;
         off = align_up(off + b * sizeof(int64_t), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.logits_off = off;
-        off = align_up(off + b * MODEL_CLASSES * sizeof(float), ENGINE_CUDA_ALIGN_BYTES);
+        off = align_up(off + b * (uint64_t)m->classes * sizeof(float), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.topk_off = off;
         off = align_up(off + b * (uint64_t)top_k * sizeof(engine_topk_t), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.bytes = off;

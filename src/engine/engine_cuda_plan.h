@@ -24,7 +24,7 @@
  *            (engine/pack.h): (batch - 1) * 150,528 + 602,112 bytes
  *   formats  (batch) int32 record_format_t
  *   offsets  (batch) int64: where record i starts in input
- *   logits   (batch, 1000) fp32
+ *   logits   (batch, classes) fp32
  *   topk     (batch, top_k) engine_topk_t
  *
  * The pinned host staging is depth slot blocks, nothing else. A submit
@@ -87,7 +87,7 @@ typedef struct engine_cuda_slot_layout {
         uint64_t input_off;     /* pack_capacity_bytes(batch): raw records packed by format */
         uint64_t formats_off;   /* (batch) int32 record_format_t */
         uint64_t offsets_off;   /* (batch) int64: record i's byte offset in input */
-        uint64_t logits_off;    /* (batch, MODEL_CLASSES) fp32 */
+        uint64_t logits_off;    /* (batch, classes) fp32 */
         uint64_t topk_off;      /* (batch, top_k) engine_topk_t */
         uint64_t bytes;         /* the whole block, a multiple of ENGINE_CUDA_ALIGN_BYTES */
 } engine_cuda_slot_layout_t;

@@ -23,6 +23,7 @@
 /* Failures of the current test; the first message is kept for its FAIL line. */
 static int fails = 0;
 static char first[512];
+#define R50_CLASSES 1000        /* ImageNet rows, as the ResNet-50 head sees them */
 #define CHECK(c, ...)                                                                   \
         do {                                                                            \
                 if (!(c) && fails++ == 0)                                               \
@@ -201,39 +202,104 @@ static void check_preprocess(void) {
  * ties, and wide rows whose tail underflows to probability 0. */
 static void check_topk_sort(void) {
         for (int trial = 0; trial < 6; trial++) {
-                float logits[MODEL_CLASSES], prob[HEAD_THREADS], mx = -INFINITY, sum = 0.0f;
+                float logits[R50_CLASSES], prob[HEAD_THREADS], mx = -INFINITY, sum = 0.0f;
                 int cls[HEAD_THREADS];
-                engine_topk_t ref[MODEL_CLASSES];
+                engine_topk_t ref[R50_CLASSES];
 
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         logits[i] = frand() * (trial < 3 ? 5.0f : 200.0f);
                 if (trial == 1)
-                        for (int i = 0; i < MODEL_CLASSES; i += 7)
+                        for (int i = 0; i < R50_CLASSES; i += 7)
                                 logits[i] = 1.5f;
                 if (trial == 2)
-                        for (int i = 0; i < MODEL_CLASSES; i++)
+                        for (int i = 0; i < R50_CLASSES; i++)
                                 logits[i] = (float)(i % 10);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         mx = fmaxf(mx, logits[i]);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         sum += expf(logits[i] - mx);
                 for (int t = 0; t < HEAD_THREADS; t++) {
-                        prob[t] = t < MODEL_CLASSES ? expf(logits[t] - mx) / sum : -1.0f;
+                        prob[t] = t < R50_CLASSES ? expf(logits[t] - mx) / sum : -1.0f;
                         cls[t] = t;
                 }
-                std::vector<float> p(prob, prob + MODEL_CLASSES);
-                cpu_topk(MODEL_CLASSES, MODEL_CLASSES, p.data(), ref);
+                std::vector<float> p(prob, prob + R50_CLASSES);
+                cpu_topk(R50_CLASSES, R50_CLASSES, p.data(), ref);
 
                 for (int k = 2; k <= HEAD_THREADS; k <<= 1)
                         for (int j = k >> 1; j > 0; j >>= 1)
                                 for (int t = 0; t < HEAD_THREADS; t++)
                                         head_sort_step(prob, cls, t, j, k);
-                for (int t = 0; t < MODEL_CLASSES; t++)
+                for (int t = 0; t < R50_CLASSES; t++)
                         CHECK(ref[t].cls == cls[t] && ref[t].score == prob[t],
                               "row %d rank %d: class %d (%g), reference class %d (%g)", trial, t, cls[t], prob[t],
                               ref[t].cls, ref[t].score);
-                for (int t = MODEL_CLASSES; t < HEAD_THREADS; t++)
-                        CHECK(cls[t] >= MODEL_CLASSES, "row %d: a pad entry ranks %d", trial, t);
+                for (int t = R50_CLASSES; t < HEAD_THREADS; t++)
+                        CHECK(cls[t] >= R50_CLASSES, "row %d: a pad entry ranks %d", trial, t);
+        }
+}
+
+/* The head's wide path (classes > HEAD_THREADS), round by round as the
+ * block runs it: each round's block reduction picks, among the candidates
+ * head_after_better leaves after the previous pick, the one that ranks
+ * first (head_before), so a serial scan with the same two functions is the
+ * same selection. Against cpu_topk over the probabilities: 1001, 5000 and
+ * 100,000 classes, rows with ties and a tail that underflows to 0, k up to
+ * 1000. And the sort path at small class counts (1, 3, 10): the pads rank
+ * after every class. */
+static void check_head_wide(void) {
+        static const int counts[] = { 1001, 5000, 100000 }, ks[] = { 5, 1000, 37 };
+
+        for (int c = 0; c < 3; c++) {
+                int classes = counts[c], k = ks[c];
+                std::vector<float> logits(classes), prob(classes);
+                std::vector<engine_topk_t> ref(k), got(k);
+                float mx = -INFINITY, sum = 0.0f, prev_p = 0.0f;
+                int prev_c = -1;
+
+                for (int i = 0; i < classes; i++)
+                        logits[i] = c == 1 ? (float)(i % 13) : frand() * (c == 2 ? 200.0f : 5.0f);
+                for (int i = 0; i < classes; i++)
+                        mx = fmaxf(mx, logits[i]);
+                for (int i = 0; i < classes; i++)
+                        sum += expf(logits[i] - mx);
+                for (int i = 0; i < classes; i++)
+                        prob[i] = expf(logits[i] - mx) / sum;
+                cpu_topk(classes, k, prob.data(), ref.data());
+                for (int j = 0; j < k; j++) {
+                        float best_p = -1.0f;
+                        int best_c = -1;
+
+                        for (int i = 0; i < classes; i++)
+                                if (head_after_better(prob[i], i, prev_p, prev_c, best_p, best_c)) {
+                                        best_p = prob[i];
+                                        best_c = i;
+                                }
+                        got[j].cls = prev_c = best_c;
+                        got[j].score = prev_p = best_p;
+                }
+                for (int j = 0; j < k; j++)
+                        CHECK(got[j].cls == ref[j].cls && got[j].score == ref[j].score,
+                              "%d classes rank %d: class %d (%g), reference class %d (%g)", classes, j, got[j].cls,
+                              got[j].score, ref[j].cls, ref[j].score);
+        }
+        for (int classes : { 1, 3, 10 }) {
+                float prob[HEAD_THREADS];
+                int cls[HEAD_THREADS];
+                std::vector<float> p(classes);
+                std::vector<engine_topk_t> ref(classes);
+
+                for (int t = 0; t < HEAD_THREADS; t++) {
+                        prob[t] = t < classes ? (p[t] = (frand() + 1.0f) / 2.0f) : -1.0f;
+                        cls[t] = t;
+                }
+                cpu_topk(classes, classes, p.data(), ref.data());
+                for (int k = 2; k <= HEAD_THREADS; k <<= 1)
+                        for (int j = k >> 1; j > 0; j >>= 1)
+                                for (int t = 0; t < HEAD_THREADS; t++)
+                                        head_sort_step(prob, cls, t, j, k);
+                for (int t = 0; t < classes; t++)
+                        CHECK(ref[t].cls == cls[t] && ref[t].score == prob[t], "%d classes rank %d: class %d, reference %d",
+                              classes, t, cls[t], ref[t].cls);
         }
 }
 
@@ -245,11 +311,11 @@ static void check_head_nonfinite(void) {
         const int cases = 6;
 
         for (int c = 0; c < cases; c++) {
-                float x[MODEL_CLASSES], mx = -INFINITY, sum = 0.0f;
+                float x[R50_CLASSES], mx = -INFINITY, sum = 0.0f;
                 engine_topk_t top[5];
                 bool finite;
 
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         x[i] = c == 4 ? -INFINITY : c == 5 ? 3e38f : frand() * 20.0f;
                 if (c == 1)
                         x[123] = NAN;
@@ -257,12 +323,12 @@ static void check_head_nonfinite(void) {
                         x[0] = INFINITY;
                 if (c == 3)
                         x[999] = -INFINITY;
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         mx = fmaxf(mx, x[i]);
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         sum += expf(x[i] - mx);
                 finite = head_row_finite(mx, sum);
-                CHECK(finite == (cpu_head_row(x, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
+                CHECK(finite == (cpu_head_row(x, R50_CLASSES, 5, top) == 1), "row case %d: the head says %s, the CPU %s", c,
                       finite ? "finite" : "non-finite", engine_topk_is_finite(top) ? "finite" : "non-finite");
                 CHECK(finite == (c == 0 || c == 3 || c == 5), "row case %d: %s", c, finite ? "finite" : "non-finite");
         }
@@ -331,6 +397,10 @@ int main() {
         fails = 0;
         check_head_nonfinite();
         report("head_nonfinite");
+        failed += fails > 0;
+        fails = 0;
+        check_head_wide();
+        report("head_wide");
         failed += fails > 0;
         fails = 0;
         check_add_relu();

@@ -28,6 +28,12 @@ checks, per image:
            far inside the tolerance (the tolerance is about the input, the
            tensor check above is the exact one).
 
+Then the same photographs through one non-ImageNet model, a seeded resnet18
+with 10 classes (tools/export-resnet.py --arch resnet18 --classes 10): a
+third inferd-run call, its N x 10 logits against torchvision's resnet18 on
+torchvision's tensors, relative L2 <= 2e-3 and the same top-1 wherever the
+reference's margin is clear.
+
 DECODE_BREAK=crop shifts the reference's crop by one pixel, to show that both
 checks fail on a one-pixel error.
 
@@ -312,7 +318,44 @@ def main():
                       f"rel L2 {err:.2e} (tol {TOL_LOGITS:.0e})")
     fast(inferd, weights, tmp, [(i, name, path) for i, (name, path, _) in enumerate(refs) if name.endswith(".jpg")],
          [ref for _, _, ref in refs], ref_logits)
+    own_model(inferd, exporter, tmp, refs)
     return 1 if golden.failures else 0
+
+
+def own_model(inferd, exporter, tmp, refs):
+    """The photographs through a seeded 10-class resnet18, against torchvision's."""
+    arch, classes = "resnet18", 10
+    weights = os.path.join(tmp, f"{arch}-{classes}.safetensors")
+    r = subprocess.run([sys.executable, exporter, "--random", "--seed", str(golden.SEED_MODEL), "--arch", arch,
+                        "--classes", str(classes), "--out", weights], stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        golden.report(False, "decode/r18-10/export", f"export-resnet.py failed: {r.stderr.strip()[-300:]}")
+        return
+    n = len(refs)
+    logits_path = os.path.join(tmp, "logits-r18.f32")
+    np.full(n * classes, np.nan, dtype="<f4").tofile(logits_path)   # poison
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8",
+           "--logits", logits_path] + [p for _, p, _ in refs]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    ok = r.returncode == 0 and os.path.getsize(logits_path) == n * classes * 4
+    golden.report(ok, "decode/r18-10/run", f"inferd-run --weights {arch}/{classes} over {n} images: exit "
+                  f"{r.returncode}, {os.path.getsize(logits_path)} logits bytes (want {n * classes * 4})"
+                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    if not ok:
+        return
+    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, classes)
+    model = st_read.resnet(weights, arch, classes).float()                     # float32, as above
+    with torch.no_grad():
+        ref_logits = model(torch.stack([t.float() for _, _, t in refs])).double().numpy()
+    for i, (name, _, _) in enumerate(refs):
+        ref = ref_logits[i]
+        err = np.linalg.norm(logits[i] - ref) / np.linalg.norm(ref)
+        order = np.argsort(-ref)
+        clear = ref[order[0]] - ref[order[1]] > golden.MARGIN_REL * abs(ref[order[0]])
+        top1 = int(np.argmax(logits[i])) if np.all(np.isfinite(logits[i])) else -1
+        golden.report(bool(err <= TOL_LOGITS) and (not clear or top1 == order[0]), f"decode/r18-10/{name}",
+                      f"rel L2 {err:.2e} (tol {TOL_LOGITS:.0e}), top-1 {top1} ref {order[0]}"
+                      f"{'' if clear else ' (margin unclear)'}")
 
 
 def fast(inferd, weights, tmp, jpegs, refs, ref_logits):

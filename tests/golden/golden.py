@@ -2,7 +2,11 @@
 
 Driven by tests/golden/run, which owns the temporary directory and its cleanup.
 For each weights dtype (F32, BF16, F16) it exports a seeded random ResNet-50
-with randomised BatchNorms (tools/export-resnet50.py), reads the file back with
+with randomised BatchNorms (tools/export-resnet.py), then every other
+architecture inferd runs once (resnet18, resnet34, resnet101, resnet152,
+wide_resnet50_2, wide_resnet101_2) with 1, 3 or 10 classes, in F32 or BF16,
+on a few inputs (the big nets on two, in batches of 1 and 2, to keep the
+suite's time reasonable). Each file is reads the file back with
 our own reader (st_read.py) so that the reference uses exactly those weights,
 and runs torchvision's resnet50 in float64 on the same inputs. inferd-run is run
 over all inputs in one call, with batches that divide the input count and
@@ -48,7 +52,16 @@ DISTINCT_REL = 1e-2     # inputs' reference logits must differ by 100x the toler
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])
 H = W = 224
-CLASSES = 1000
+CLASSES = 1000          # the ResNet-50 runs' (and tests/decode's); the others have their own
+# The other architectures: (name, classes, dtype, inferd-run arguments, inputs)
+ARCH_RUNS = [
+    ("resnet18", 10, "F32", ["--batch", "3", "--top", "5"], 4),
+    ("resnet34", 3, "BF16", ["--batch", "2", "--top", "5"], 3),
+    ("resnet101", 1, "F32", ["--batch", "2"], 2),
+    ("resnet152", 3, "F32", ["--batch", "1", "--top", "2"], 2),
+    ("wide_resnet50_2", 10, "BF16", ["--batch", "2", "--top", "3"], 2),
+    ("wide_resnet101_2", 3, "F32", ["--batch", "1"], 2),
+]
 
 failures = 0
 
@@ -111,9 +124,9 @@ def make_inputs(tmp):
     return mixed
 
 
-def reference(weights, inputs):
-    """(N, 1000) float64 logits of torchvision's resnet50 with these weights."""
-    model = st_read.resnet50(weights)
+def reference(weights, inputs, arch="resnet50", classes=1000):
+    """(N, classes) float64 logits of torchvision's arch with these weights."""
+    model = st_read.resnet(weights, arch, classes)
     x = torch.stack([t for _, _, t in inputs])                      # (N, 3, H, W) f64
     with torch.no_grad():
         return model(x).numpy()
@@ -124,8 +137,10 @@ def clear_prefix(ref_row, k):
     order = np.argsort(-ref_row, kind="stable")
     top = abs(ref_row[order[0]])
     n = 0
-    while n < k and ref_row[order[n]] - ref_row[order[n + 1]] > MARGIN_REL * top:
+    while n < k and n + 1 < len(order) and ref_row[order[n]] - ref_row[order[n + 1]] > MARGIN_REL * top:
         n += 1
+    if n < k and n + 1 == len(order):
+        n += 1          # the last class has nothing below it to be confused with
     return order, n
 
 
@@ -137,7 +152,7 @@ def softmax(v):
 def check_logits(tid, out_row, ref_row):
     err = np.linalg.norm(out_row - ref_row) / np.linalg.norm(ref_row)
     order, clear = clear_prefix(ref_row, 1)
-    margin = (ref_row[order[0]] - ref_row[order[1]]) / abs(ref_row[order[0]])
+    margin = (ref_row[order[0]] - ref_row[order[1]]) / abs(ref_row[order[0]]) if len(order) > 1 else math.inf
     got1 = int(np.argmax(out_row)) if np.all(np.isfinite(out_row)) else -1
     msg = (f"rel L2 error {err:.2e} (tol {TOL_REL_L2:.0e}), top-1 {got1} "
            f"ref {order[0]} (margin {margin:.2e}{'' if clear else ', unclear'})")
@@ -146,6 +161,7 @@ def check_logits(tid, out_row, ref_row):
 
 
 def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
+    classes = len(ref_row)
     try:
         p = json.loads(line)
     except ValueError as e:
@@ -172,14 +188,14 @@ def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
     else:
         prob = softmax(ref_row)
         order, clear = clear_prefix(ref_row, k)
-        classes = []
+        got = []
         prev = math.inf
         for j, e in enumerate(top):
             c, s = (e.get("class"), e.get("score")) if isinstance(e, dict) else (None, None)
-            if not isinstance(c, int) or not 0 <= c < CLASSES or not isinstance(s, (int, float)):
-                why.append(f"top[{j}] is not {{class, score}}: {e!r}")
+            if not isinstance(c, int) or not 0 <= c < classes or not isinstance(s, (int, float)):
+                why.append(f"top[{j}] is not {{class, score}} with class < {classes}: {e!r}")
                 break
-            classes.append(c)
+            got.append(c)
             total += s
             d = abs(s - prob[c])
             worst = max(worst, d)
@@ -192,8 +208,8 @@ def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
                 why.append(f"top[{j}] label {e.get('label')!r}, expected {labels[c]!r}")
             if labels is None and "label" in e:
                 why.append(f"top[{j}] has a label without a labels file")
-        if classes[:clear] != [int(c) for c in order[:clear]]:
-            why.append(f"top classes {classes} vs reference {order[:k].tolist()} "
+        if got[:clear] != [int(c) for c in order[:clear]]:
+            why.append(f"top classes {got} vs reference {order[:k].tolist()} "
                        f"(first {clear} clear)")
         # Each score is printed rounded to 6 decimals, so k of them may
         # overshoot 1 by up to k half-units of the last place.
@@ -204,8 +220,11 @@ def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
 
 
 def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id):
-    """Runs inferd-run over all inputs once and checks every output."""
+    """Runs inferd-run over all inputs once and checks every output. k is
+    what --top asks; inferd caps it at the class count."""
     n = len(inputs)
+    CLASSES = ref.shape[1]
+    k = min(k, CLASSES)
     logits_path = os.path.join(tmp, "logits.f32")
     np.full(n * CLASSES, np.nan, dtype="<f4").tofile(logits_path)  # poison
     cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32",
@@ -237,9 +256,9 @@ def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id
             bump = 2e-4 * np.linalg.norm(ref_row)
             if brk == "logits":
                 out_row = out_row.copy()
-                out_row[i] += bump
+                out_row[i % CLASSES] += bump
             else:
-                ref_row[i] += bump
+                ref_row[i % CLASSES] += bump
         check_logits(f"{tid}/{name}", out_row, ref_row)
         if i < len(lines):
             check_json(f"{tid}/json-{name}", lines[i], path, ref_row, k, labels,
@@ -247,6 +266,68 @@ def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id
         else:
             report(False, f"{tid}/json-{name}", "no prediction line")
     os.unlink(logits_path)
+
+
+def check_reference(tid, ref, n):
+    """The reference must tell the inputs apart and rank them clearly, or
+    the comparison proves little. With fewer than 10 classes the rows may
+    legitimately point the same way, so only their finiteness and margins
+    are asked for."""
+    classes = ref.shape[1]
+    nref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+    dist = min((np.linalg.norm(nref[a] - nref[b]) for a in range(n) for b in range(a + 1, n)),
+               default=math.inf)
+    margins = [(r_[o[0]] - r_[o[1]]) / abs(r_[o[0]]) if classes > 1 else math.inf
+               for r_, o in ((row, np.argsort(-row)) for row in ref)]
+    distinct = dist > DISTINCT_REL or classes < 10
+    report(np.all(np.isfinite(ref)) and distinct
+           and sum(m > MARGIN_REL for m in margins) >= max(1, n // 2),
+           f"{tid}/reference",
+           f"{n} inputs, {classes} classes, max |logit| {np.abs(ref).max():.3f}, "
+           f"min pairwise relative distance {dist:.2e} (want > {DISTINCT_REL:.0e}"
+           f"{'' if classes >= 10 else ', not asked below 10 classes'}), "
+           f"{sum(m > MARGIN_REL for m in margins)} clear top-1 margins "
+           f"(smallest {min(margins):.1e})")
+
+
+def export(tid, exporter, weights, dtype, extra):
+    cmd = [sys.executable, exporter, "--random", "--seed", str(SEED_MODEL),
+           "--dtype", dtype, "--out", weights] + extra
+    r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        report(False, f"{tid}/export", f"{os.path.basename(exporter)} failed: {r.stderr.strip()[-300:]}")
+        return None
+    with open(weights, "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+def run_archs(inferd, exporter, tmp, inputs):
+    """Every other architecture once: its plan names it, its logits match."""
+    only = os.environ.get("GOLDEN_ARCHS")
+    for arch, classes, dtype, args, n in ARCH_RUNS:
+        if only and arch not in only.split(","):
+            continue
+        tid = f"golden/{arch}-{classes}-{dtype.lower()}"
+        weights = os.path.join(tmp, f"{arch}-{classes}-{dtype.lower()}.safetensors")
+        model_id = export(tid, exporter, weights, dtype, ["--arch", arch, "--classes", str(classes)])
+        if model_id is None:
+            continue
+        r = subprocess.run([inferd, "--plan", "--json", "--backend", "cpu", "--weights", weights],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            plan = json.loads(r.stdout)
+        except ValueError:
+            plan = {}
+        report(r.returncode == 0 and plan.get("model") == arch and plan.get("classes") == classes,
+               f"{tid}/plan", f"inferd-run --plan --json --weights: exit {r.returncode}, model "
+               f"{plan.get('model')!r}, classes {plan.get('classes')!r} (want {arch!r}, {classes})"
+               + ("" if r.returncode == 0 else f"; stderr {r.stderr.strip()[-200:]!r}"))
+        sub = inputs[:n]
+        ref = reference(weights, sub, arch, classes)
+        check_reference(tid, ref, n)
+        run_inferd(f"{tid}/b", inferd, weights, sub, ref, tmp, args, 5 if "--top" not in args
+                   else int(args[args.index("--top") + 1]), None, model_id)
+        os.unlink(weights)
 
 
 def main():
@@ -262,7 +343,7 @@ def main():
         "BF16": [("default", [], 5, False)],
         "F16": [("b2", ["--batch", "2"], 5, False)],
     }
-    for dtype, dtype_runs in runs.items():
+    for dtype, dtype_runs in (runs.items() if not os.environ.get("GOLDEN_ARCHS") else ()):
         tid = f"golden/{dtype.lower()}"
         weights = os.path.join(tmp, f"resnet50-{dtype.lower()}.safetensors")
         cmd = [sys.executable, exporter, "--random", "--seed", str(SEED_MODEL),
@@ -280,22 +361,12 @@ def main():
             model_id = "sha256:" + hashlib.sha256(f.read()).hexdigest()[:12]
 
         ref = reference(weights, inputs)
-        nref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
-        dist = min(np.linalg.norm(nref[a] - nref[b])
-                   for a in range(len(inputs)) for b in range(a + 1, len(inputs)))
-        margins = [(r_[o[0]] - r_[o[1]]) / abs(r_[o[0]])
-                   for r_, o in ((row, np.argsort(-row)) for row in ref)]
-        report(np.all(np.isfinite(ref)) and dist > DISTINCT_REL
-               and sum(m > MARGIN_REL for m in margins) >= len(inputs) // 2,
-               f"{tid}/reference",
-               f"{len(inputs)} inputs, max |logit| {np.abs(ref).max():.3f}, "
-               f"min pairwise relative distance {dist:.2e} (want > {DISTINCT_REL:.0e}), "
-               f"{sum(m > MARGIN_REL for m in margins)} clear top-1 margins "
-               f"(smallest {min(margins):.1e})")
+        check_reference(tid, ref, len(inputs))
         for name, args, k, with_labels in dtype_runs:
             run_inferd(f"{tid}/{name}", inferd, weights, inputs, ref, tmp, args, k,
                        labels if with_labels else None, model_id)
         os.unlink(weights)
+    run_archs(inferd, exporter, tmp, inputs)
     return 1 if failures else 0
 
 

@@ -72,10 +72,17 @@ def load(path):
     return out
 
 
-def resnet50(path):
-    """torchvision's resnet50 with the weights in path, float64, in eval mode."""
+def resnet(path, arch="resnet50", classes=1000):
+    """torchvision's arch (resnet18 ... wide_resnet101_2) with classes outputs and
+    the weights in path, float64, in eval mode. The architecture is the caller's
+    to say (not detected from the file), so that the reference is independent."""
     import torchvision
 
-    model = torchvision.models.resnet50(weights=None)
+    model = getattr(torchvision.models, arch)(weights=None, num_classes=classes)
     model.load_state_dict(load(path), strict=True)
     return model.double().eval()
+
+
+def resnet50(path):
+    """torchvision's resnet50 with the weights in path, float64, in eval mode."""
+    return resnet(path, "resnet50", 1000)

@@ -110,7 +110,7 @@ static const float *cpu_logits(gpu_ctx_t *c, engine_t *cpu, int n, const uint8_t
                 errbuf_set(err, -ENOSPC, "the CPU logits cache is full");
                 return NULL;
         }
-        logits = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
+        logits = malloc((size_t)n * gpu_classes * sizeof(float));
         if (!logits) {
                 errbuf_set(err, -ENOMEM, "out of host memory");
                 return NULL;
@@ -123,8 +123,8 @@ static const float *cpu_logits(gpu_ctx_t *c, engine_t *cpu, int n, const uint8_t
                         free(logits);
                         return NULL;
                 }
-                memcpy(logits + (size_t)first * MODEL_CLASSES, engine_slot_logits(cpu, 0),
-                       (size_t)chunk * MODEL_CLASSES * sizeof(float));
+                memcpy(logits + (size_t)first * gpu_classes, engine_slot_logits(cpu, 0),
+                       (size_t)chunk * gpu_classes * sizeof(float));
         }
         c->cpu_cache[c->n_cpu_cache].n = n;
         c->cpu_cache[c->n_cpu_cache].logits = logits;
@@ -162,51 +162,55 @@ static int top1(const float *x, int m, double *margin) {
 static int check_topk(const float *logits, const engine_topk_t *tk, int k, double tol, double *worst, char *why,
                       size_t why_len) {
         double mx = -INFINITY, sum = 0, lowest_selected = INFINITY, highest_other = -INFINITY, absmax = 0;
-        char picked[MODEL_CLASSES] = { 0 };
+        char *picked = calloc((size_t)gpu_classes, 1);
+        int r = -1;
 
-        for (int j = 0; j < MODEL_CLASSES; j++) {
+        for (int j = 0; j < gpu_classes; j++) {
                 if (logits[j] > mx)
                         mx = logits[j];
                 if (fabs(logits[j]) > absmax)
                         absmax = fabs(logits[j]);
         }
-        for (int j = 0; j < MODEL_CLASSES; j++)
+        for (int j = 0; j < gpu_classes; j++)
                 sum += exp((double)logits[j] - mx);
         for (int j = 0; j < k; j++) {
                 int cls = tk[j].cls;
                 double want, d;
 
-                if (cls < 0 || cls >= MODEL_CLASSES || picked[cls]) {
+                if (cls < 0 || cls >= gpu_classes || picked[cls]) {
                         snprintf(why, why_len, "rank %d: class %d is out of range or repeated", j, cls);
-                        return -1;
+                        goto out;
                 }
                 picked[cls] = 1;
                 if (j > 0 && !(tk[j].score <= tk[j - 1].score)) {
                         snprintf(why, why_len, "rank %d: scores not descending (%.6g after %.6g)", j, tk[j].score,
                                  tk[j - 1].score);
-                        return -1;
+                        goto out;
                 }
                 want = exp((double)logits[cls] - mx) / sum;
                 d = fabs((double)tk[j].score - want);
                 if (!isfinite(tk[j].score) || d > tol * want + 1e-6) {
                         snprintf(why, why_len, "rank %d class %d: score %.6g but softmax of the logits is %.6g", j,
                                  cls, tk[j].score, want);
-                        return -1;
+                        goto out;
                 }
                 if (want > 0 && d / want > *worst)
                         *worst = d / want;
                 if (logits[cls] < lowest_selected)
                         lowest_selected = logits[cls];
         }
-        for (int j = 0; j < MODEL_CLASSES; j++)
+        for (int j = 0; j < gpu_classes; j++)
                 if (!picked[j] && logits[j] > highest_other)
                         highest_other = logits[j];
         if (highest_other > lowest_selected + tol * absmax) {
                 snprintf(why, why_len, "class with logit %.6g left out of the top-%d (lowest kept %.6g)",
                          highest_other, k, lowest_selected);
-                return -1;
+                goto out;
         }
-        return 0;
+        r = 0;
+out:
+        free(picked);
+        return r;
 }
 
 static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, int b) {
@@ -247,14 +251,14 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
         out = engine_slot_logits(e, 0);
         tk = engine_slot_topk(e, 0);
         for (int i = 0; i < n; i++) {
-                const float *o = out + (size_t)i * MODEL_CLASSES, *w = ref + (size_t)i * MODEL_CLASSES;
+                const float *o = out + (size_t)i * gpu_classes, *w = ref + (size_t)i * gpu_classes;
                 size_t bad = 0;
-                double rel = gpu_rel_l2(o, w, MODEL_CLASSES, &bad), margin, dummy;
-                int t_ref = top1(w, MODEL_CLASSES, &margin);
+                double rel = gpu_rel_l2(o, w, gpu_classes, &bad), margin, dummy;
+                int t_ref = top1(w, gpu_classes, &margin);
 
                 json_array_append_new(rels, json_real(isfinite(rel) ? rel : -1.0));
                 if (bad) {
-                        gpu_result(c, GPU_FAIL, id, NULL, "image %d: %zu of 1000 logits are NaN/Inf", i, bad);
+                        gpu_result(c, GPU_FAIL, id, NULL, "image %d: %zu of %d logits are NaN/Inf", i, bad, gpu_classes);
                         goto done;
                 }
                 if (!(rel <= tol)) {
@@ -262,9 +266,9 @@ static void net_batch(gpu_ctx_t *c, engine_t *e, engine_t *cpu, precision_t p, i
                                    "image %d (%s): rel=%.2e > %.0e", i, record_format_mime(net_format(i)), rel, tol);
                         goto done;
                 }
-                if (margin > 2 * tol * l2(w, MODEL_CLASSES)) {
+                if (margin > 2 * tol * l2(w, gpu_classes)) {
                         clear++;
-                        if (top1(o, MODEL_CLASSES, &dummy) == t_ref)
+                        if (top1(o, gpu_classes, &dummy) == t_ref)
                                 agree++;
                 }
                 if (check_topk(o, tk + (size_t)i * k, k, tol, &worst_score, why, sizeof(why)) < 0) {
@@ -367,7 +371,7 @@ static int steady_size(int b, int max_batch) {
 static int logits_finite(engine_t *e, int slot, int n) {
         const float *x = engine_slot_logits(e, slot);
 
-        for (size_t j = 0; j < (size_t)n * MODEL_CLASSES; j++)
+        for (size_t j = 0; j < (size_t)n * gpu_classes; j++)
                 if (!isfinite(x[j]))
                         return 0;
         return 1;
@@ -550,7 +554,7 @@ void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
         }
         *keep = next;   /* e reads it now */
         next = NULL;
-        if ((r = make_records(c, 3, &recs)) < 0 || (got = malloc(3 * MODEL_CLASSES * sizeof(float))) == NULL) {
+        if ((r = make_records(c, 3, &recs)) < 0 || (got = malloc(3 * gpu_classes * sizeof(float))) == NULL) {
                 gpu_result(c, GPU_FAIL, id, NULL, "out of host memory");
                 goto done;
         }
@@ -559,12 +563,12 @@ void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
                 gpu_lost(c, e, id);
                 goto done;
         }
-        memcpy(got, engine_slot_logits(e, 0), 3 * MODEL_CLASSES * sizeof(float));
+        memcpy(got, engine_slot_logits(e, 0), 3 * gpu_classes * sizeof(float));
         if ((r = run_slot(cpu, 0, recs, 0, 3, &err)) < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "the CPU reference: %s", err.msg);
                 goto done;
         }
-        rel = gpu_rel_l2(got, engine_slot_logits(cpu, 0), 3 * MODEL_CLASSES, &bad);
+        rel = gpu_rel_l2(got, engine_slot_logits(cpu, 0), 3 * gpu_classes, &bad);
         if ((r = c->mem_info(e, &used, &total, &err)) < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "memory after the swap: %s", err.msg);
                 gpu_lost(c, e, id);

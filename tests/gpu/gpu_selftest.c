@@ -103,19 +103,19 @@ int gpu_selftest_debug_op(engine_t *e, int op, int n, const void *host_in, const
         }
         if (op == ENGINE_CUDA_OP_HEAD) {
                 int k = engine_plan_of(e)->top_k;
-                float *prob = malloc((size_t)n * MODEL_CLASSES * sizeof(float));
+                float *prob = malloc((size_t)n * gpu_classes * sizeof(float));
                 engine_topk_t *out = host_out;
 
                 if (!prob)
                         return errbuf_set(err, -ENOMEM, "selftest: out of memory");
                 /* The correct stand-in marks non-finite rows as the CUDA
                  * head does; the broken one ranks them (NaN scores). */
-                cpu_softmax(n, MODEL_CLASSES, host_in, prob);
+                cpu_softmax(n, gpu_classes, host_in, prob);
                 for (int i = 0; i < n; i++) {
                         if (selftest_broken == 1)
-                                cpu_topk(MODEL_CLASSES, k, prob + (size_t)i * MODEL_CLASSES, out + (size_t)i * k);
+                                cpu_topk(gpu_classes, k, prob + (size_t)i * gpu_classes, out + (size_t)i * k);
                         else
-                                cpu_head_row((const float *)host_in + (size_t)i * MODEL_CLASSES, k,
+                                cpu_head_row((const float *)host_in + (size_t)i * gpu_classes, gpu_classes, k,
                                              out + (size_t)i * k);
                         if (selftest_broken == 1 && k >= 2) {
                                 engine_topk_t t = out[(size_t)i * k];

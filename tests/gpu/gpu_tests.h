@@ -52,6 +52,9 @@ int engine_cuda_debug_set(engine_t *e, int what, long value, errbuf_t *err);
 
 #define GPU_LAYER_N 3           /* samples per layer test */
 #define GPU_TOP_K 5
+/* The class count of the model under test (--weights FILE: 1000 for the
+ * ResNet-50 tests/gpu/run exports, 10 for its resnet18): main sets it. */
+extern int gpu_classes;
 #define GPU_MEM_RATIO_MIN 0.85  /* measured device use must be within 15% under the plan */
 #define GPU_CAP_BLOCKS 64       /* the grid cap of the gpu/P/cap64/ checks: grid-stride loops past their first pass */
 
@@ -90,7 +93,7 @@ typedef struct gpu_ctx {
          * shared by the three precisions (the records depend on n only). */
         struct {
                 int n;
-                float *logits;  /* (n, 1000) fp32 */
+                float *logits;  /* (n, gpu_classes) fp32 */
         } cpu_cache[8];
         int n_cpu_cache;
 } gpu_ctx_t;

@@ -2,6 +2,8 @@
  *
  *   gpu-tests [--weights FILE] [--quick] [--json OUT] [--precision LIST]
  *             [--seed N] [--mem-batches N] [--tol P=X]... [--net-tol P=X]...
+ *             [--prefix ID]     ids start ID/ instead of gpu/ (tests/gpu/run
+ *                               names its resnet18/10 and resnet101 runs so)
  *   gpu-tests --probe        exit 0 when a CUDA device is usable, 77 otherwise
  *   gpu-tests --selftest[=broken|=lost] --weights FILE ...
  *                            the same checks with a CPU engine and CPU stand-ins
@@ -33,6 +35,8 @@
 #include <string.h>
 
 #include "gpu_tests.h"
+
+int gpu_classes = 1000;
 
 static const precision_t gpu_precisions[] = { PRECISION_FP32, PRECISION_FP16, PRECISION_BF16 };
 
@@ -376,7 +380,7 @@ static int parse_precisions(const char *s, precision_t *out, int *n) {
 }
 
 static void usage(FILE *f) {
-        fprintf(f, "usage: gpu-tests [--weights FILE] [--quick] [--json OUT] [--precision fp32,fp16,bf16]\n"
+        fprintf(f, "usage: gpu-tests [--weights FILE] [--quick] [--json OUT] [--precision fp32,fp16,bf16] [--prefix ID]\n"
                    "                 [--seed N] [--mem-batches N] [--tol P=X]... [--net-tol P=X]...\n"
                    "       gpu-tests --probe\n"
                    "       gpu-tests --selftest[=broken|=lost] --weights FILE [...]   (the harness on a CPU stand-in)\n");
@@ -395,6 +399,7 @@ int main(int argc, char **argv) {
                 { "tol", required_argument, NULL, 't' },
                 { "net-tol", required_argument, NULL, 'n' },
                 { "help", no_argument, NULL, 'h' },
+                { "prefix", required_argument, NULL, 'X' },
                 {},
         };
         gpu_ctx_t c = { .seed = 20261129, .mem_batches = -1, .prefix = "gpu" };
@@ -411,6 +416,9 @@ int main(int argc, char **argv) {
                 switch (ch) {
                 case 'w':
                         c.weights_path = optarg;
+                        break;
+                case 'X':
+                        c.prefix = optarg;
                         break;
                 case 'q':
                         c.quick = 1;
@@ -525,6 +533,7 @@ run:
                         gpu_result(&c, GPU_FAIL, "gpu/setup", NULL, "%s", err.msg);
                         goto out;
                 }
+                gpu_classes = ref->classes;
                 engine_options_init(&o);
                 o.backend = BACKEND_CPU;
                 o.precision = PRECISION_FP32;

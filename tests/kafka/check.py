@@ -7,6 +7,8 @@ Used by tests/kafka/run. Inputs are kcat dumps, one record per line:
   dlq:         %k TAB %S TAB %h
   timed predictions (swap): %T TAB %k TAB %h TAB %s
   age and trace: input as above; predictions and DLQ as %k TAB %h TAB %s
+  labels: predictions, the model id whose predictions must carry labels,
+          its labels file (line i = class i)
 Each subcommand prints one line and exits 0 (holds) or 1 (does not, with why).
 It checks records, not the daemon's logs.
 """
@@ -84,7 +86,7 @@ def cmd_predictions(inp, pred, topic, top_k, allow_dups):
         scores = [t['score'] for t in top]
         if scores != sorted(scores, reverse=True) or not all(0 <= x <= 1 for x in scores):
             fail(f'{k}: scores not descending probabilities: {scores}')
-        if not all(0 <= t['class'] < 1000 for t in top):
+        if not all(0 <= t['class'] < 100000 for t in top):
             fail(f'{k}: class out of range')
         for key in ('model', 'backend', 'precision', 'instance', 'latency_ms'):
             if key not in j:
@@ -286,6 +288,33 @@ def cmd_swap(pred, old, new):
           f'(median gap between batches {gaps[len(gaps) // 2]} ms)')
 
 
+def cmd_labels(pred, model, labels_path):
+    """The predictions of model name classes below its labels file's line
+    count, each with its line as "label"; the other models' predictions
+    (no labels file) carry none."""
+    with open(labels_path, encoding='utf-8') as f:
+        labels = f.read().splitlines()
+    n_model = n_other = 0
+    for k, h, value in read(pred, 3):
+        j = json.loads(value)
+        top = j.get('top') or []
+        if j.get('model') == model:
+            n_model += 1
+            for t in top:
+                c = t.get('class')
+                if not isinstance(c, int) or not 0 <= c < len(labels):
+                    fail(f'{k}: class {c!r} outside the model\'s {len(labels)} classes')
+                if t.get('label') != labels[c]:
+                    fail(f'{k}: class {c} label {t.get("label")!r}, expected {labels[c]!r}')
+        else:
+            n_other += 1
+            if any('label' in t for t in top):
+                fail(f'{k}: a label on a prediction of {j.get("model")}, which has no labels file')
+    if n_model == 0:
+        fail(f'no prediction of {model}')
+    print(f'{n_model} predictions of {model} with their {len(labels)} labels, {n_other} of another model without')
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == 'predictions':
@@ -294,6 +323,8 @@ def main():
         cmd_dlq(sys.argv[2], sys.argv[3])
     elif cmd == 'swap':
         cmd_swap(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == 'labels':
+        cmd_labels(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == 'formats':
         cmd_formats(sys.argv[2], sys.argv[3])
     elif cmd == 'age':

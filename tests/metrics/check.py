@@ -127,7 +127,7 @@ def info(scrape, version):
     s = parse(scrape)
     b = [dict(k[1]) for k, v in s.items() if k[0] == 'inferd_build_info' and v == 1]
     check('metrics/build-info', len(b) == 1 and b[0]['version'] == version and b[0]['backend'] == 'cpu'
-          and b[0]['precision'] == 'fp32' and b[0]['model'].startswith('sha256:'),
+          and b[0]['precision'] == 'fp32' and re.match(r'resnet50 sha256:[0-9a-f]{12}$', b[0]['model']),
           'inferd_build_info %s (version %s, the CPU engine)' % (b, version))
     states = {dict(k[1])['state']: v for k, v in s.items() if k[0] == 'inferd_state'}
     check('metrics/state', states == {'starting': 0, 'ready': 1, 'reloading': 0, 'draining': 0},

@@ -8,6 +8,8 @@
 #include "engine/cpu_ops.h"
 #include "unit.h"
 
+#define R50_CLASSES 1000        /* model_random: ResNet-50 with ImageNet's classes */
+
 static float *ops_random(size_t n, uint64_t *seed) {
         float *p = malloc(n * sizeof(float));
 
@@ -224,7 +226,7 @@ static void test_cpu_ops_topk(void) {
  * max/sum to rank by and is marked; a single -inf logit is just a class of
  * probability 0. */
 static void test_cpu_ops_head_row_marks_nonfinite(void) {
-        float x[MODEL_CLASSES], probs[MODEL_CLASSES];
+        float x[R50_CLASSES], probs[R50_CLASSES];
         engine_topk_t top[4], ref[4];
         struct {
                 int at;
@@ -233,15 +235,15 @@ static void test_cpu_ops_head_row_marks_nonfinite(void) {
         } cases[] = { { -1, 0, 1 }, { 500, NAN, 0 }, { 3, INFINITY, 0 }, { 10, -INFINITY, 1 }, { -2, -INFINITY, 0 } };
 
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-                for (int i = 0; i < MODEL_CLASSES; i++)
+                for (int i = 0; i < R50_CLASSES; i++)
                         x[i] = cases[c].at == -2 ? -INFINITY : (float)((i * 37) % 101) / 10.0f;
                 if (cases[c].at >= 0)
                         x[cases[c].at] = cases[c].v;
-                CU_ASSERT_EQUAL(cpu_head_row(x, 4, top), cases[c].finite);
+                CU_ASSERT_EQUAL(cpu_head_row(x, R50_CLASSES, 4, top), cases[c].finite);
                 CU_ASSERT_EQUAL(engine_topk_is_finite(top), cases[c].finite);
                 if (cases[c].finite) {
-                        cpu_softmax(1, MODEL_CLASSES, x, probs);
-                        cpu_topk(MODEL_CLASSES, 4, probs, ref);
+                        cpu_softmax(1, R50_CLASSES, x, probs);
+                        cpu_topk(R50_CLASSES, 4, probs, ref);
                         CU_ASSERT_EQUAL(memcmp(top, ref, sizeof(ref)), 0);
                 } else {
                         for (int j = 0; j < 4; j++) {

@@ -11,6 +11,8 @@
 #include "engine/engine.h"
 #include "unit.h"
 
+#define R50_CLASSES 1000        /* model_random: ResNet-50 with ImageNet's classes */
+
 static engine_t *engine_test_open(model_t *m, int max_batch) {
         engine_options_t o;
         engine_t *e = NULL;
@@ -46,7 +48,7 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         model_t *m = NULL;
         engine_t *e;
         errbuf_t err;
-        float alone[2][MODEL_CLASSES];
+        float alone[2][R50_CLASSES];
         const float *lg;
         const engine_topk_t *top;
 
@@ -73,8 +75,8 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         {
                 double num0 = 0, num1 = 0, den0 = 0, den1 = 0;
 
-                for (int c = 0; c < MODEL_CLASSES; c++) {
-                        num0 += pow(lg[2 * MODEL_CLASSES + c] - alone[0][c], 2);
+                for (int c = 0; c < R50_CLASSES; c++) {
+                        num0 += pow(lg[2 * R50_CLASSES + c] - alone[0][c], 2);
                         num1 += pow(lg[c] - alone[1][c], 2);
                         den0 += pow(alone[0][c], 2);
                         den1 += pow(alone[1][c], 2);
@@ -86,17 +88,17 @@ static void test_engine_cpu_result_independent_of_batch(void) {
                 CU_ASSERT(sqrt(num1 / den1) < 1e-5);
         }
         /* The middle record differs from both; top-k is sorted softmax. */
-        CU_ASSERT(fabs(lg[MODEL_CLASSES] - lg[0]) + fabs(lg[MODEL_CLASSES + 1] - lg[1]) > 0);
+        CU_ASSERT(fabs(lg[R50_CLASSES] - lg[0]) + fabs(lg[R50_CLASSES + 1] - lg[1]) > 0);
         top = engine_slot_topk(e, 0);
         for (int i = 0; i < 3; i++) {
                 double sum = 0, mx = -INFINITY;
 
                 CU_ASSERT(top[i * 3].score >= top[i * 3 + 1].score && top[i * 3 + 1].score >= top[i * 3 + 2].score);
-                for (int c = 0; c < MODEL_CLASSES; c++)
-                        mx = fmax(mx, lg[i * MODEL_CLASSES + c]);
-                for (int c = 0; c < MODEL_CLASSES; c++)
-                        sum += exp(lg[i * MODEL_CLASSES + c] - mx);
-                CU_ASSERT_EQUAL(lg[i * MODEL_CLASSES + top[i * 3].cls], mx);
+                for (int c = 0; c < R50_CLASSES; c++)
+                        mx = fmax(mx, lg[i * R50_CLASSES + c]);
+                for (int c = 0; c < R50_CLASSES; c++)
+                        sum += exp(lg[i * R50_CLASSES + c] - mx);
+                CU_ASSERT_EQUAL(lg[i * R50_CLASSES + top[i * 3].cls], mx);
                 CU_ASSERT_DOUBLE_EQUAL(top[i * 3].score, 1.0 / sum, 1e-5);
         }
         engine_free(e);
@@ -138,8 +140,8 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
                 CU_ASSERT(top[6 + j].cls >= 0 && isfinite(top[6 + j].score));
         }
         /* The logits are left as computed: the overflow shows there. */
-        for (int c = 0; c < MODEL_CLASSES; c++)
-                nonfinite += !isfinite(lg[MODEL_CLASSES + c]);
+        for (int c = 0; c < R50_CLASSES; c++)
+                nonfinite += !isfinite(lg[R50_CLASSES + c]);
         CU_ASSERT(nonfinite > 0);
         engine_free(e);
         model_free(m);
@@ -279,25 +281,128 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
 }
 
 /* Runs record `seed` (rgb8) alone in slot 0 of e; its logits into out. */
-static int engine_test_logits(engine_t *e, uint64_t seed, float out[MODEL_CLASSES]) {
+static int engine_test_logits(engine_t *e, uint64_t seed, float out[R50_CLASSES]) {
         errbuf_t err;
         int r;
 
         engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
         if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
                 return r;
-        memcpy(out, engine_slot_logits(e, 0), MODEL_CLASSES * sizeof(float));
+        memcpy(out, engine_slot_logits(e, 0), R50_CLASSES * sizeof(float));
         return 0;
 }
 
 static double engine_test_rel(const float *a, const float *b) {
         double num = 0, den = 0;
 
-        for (int c = 0; c < MODEL_CLASSES; c++) {
+        for (int c = 0; c < R50_CLASSES; c++) {
                 num += pow((double)a[c] - b[c], 2);
                 den += pow(b[c], 2);
         }
         return sqrt(num / den);
+}
+
+/* Logits (classes) of one rgb8 record through slot 0. */
+static int engine_test_logits_k(engine_t *e, uint64_t seed, float *out, int classes) {
+        errbuf_t err;
+        int r;
+
+        engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
+        if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
+                return r;
+        memcpy(out, engine_slot_logits(e, 0), (size_t)classes * sizeof(float));
+        return 0;
+}
+
+static double engine_test_rel_k(const float *a, const float *b, int classes) {
+        double num = 0, den = 0;
+
+        for (int c = 0; c < classes; c++) {
+                num += pow((double)a[c] - b[c], 2);
+                den += pow(b[c], 2);
+        }
+        return sqrt(num / den);
+}
+
+/* A swap in place may change the architecture and the class count: from
+ * resnet50/1000 to resnet18/10 (the logits of an engine opened on it, top-k
+ * within its classes), to a 1-class resnet18 (the top-k opened with, 3,
+ * lowered to 1), and from resnet18 back to resnet50, whose larger samples
+ * are carved from the arena of open (a smaller batch, or refused). */
+static void test_engine_cpu_swap_architecture(void) {
+        model_arch_t a18, a18_1, a50;
+        model_t *r50 = NULL, *r18 = NULL, *r18_1 = NULL, *r50b = NULL;
+        engine_t *e, *fresh;
+        engine_options_t o;
+        plan_t plan;
+        errbuf_t err;
+        float l18[10], l50[R50_CLASSES], got[R50_CLASSES];
+        const engine_topk_t *top;
+        int r;
+
+        CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&a18, "resnet18", 10, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&a18_1, "resnet18", 1, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&a50, "resnet50", 1000, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random_arch(&r18, &a18, 8), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random_arch(&r18_1, &a18_1, 9), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random_arch(&r50, &a50, 5), 0);
+        CU_ASSERT_EQUAL_FATAL(model_random_arch(&r50b, &a50, 5), 0);
+        fresh = engine_test_open(r18, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(fresh);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(fresh, 77, l18, 10), 0);
+        engine_free(fresh);
+        fresh = engine_test_open(r50b, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(fresh);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(fresh, 77, l50, R50_CLASSES), 0);
+        engine_free(fresh);
+
+        e = engine_test_open(r50, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.max_batch = 2;
+        o.top_k = 3;
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, r18, &o, &plan, &err), 0);
+        CU_ASSERT_STRING_EQUAL(plan.model, "resnet18");
+        CU_ASSERT_EQUAL(plan.classes, 10);
+        CU_ASSERT_EQUAL(plan.max_batch, 2);
+        CU_ASSERT_EQUAL_FATAL(engine_swap(e, r18, &plan, &err), 0);
+        model_free(r50);
+        r50 = NULL;
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(e, 77, got, 10), 0);
+        CU_ASSERT(engine_test_rel_k(got, l18, 10) < 1e-6);
+        top = engine_slot_topk(e, 0);
+        for (int j = 0; j < 3; j++)
+                CU_ASSERT(top[j].cls >= 0 && top[j].cls < 10);
+        CU_ASSERT_EQUAL(got[top[0].cls] >= got[top[1].cls] && got[top[1].cls] >= got[top[2].cls], 1);
+
+        /* One class: the top-k of open (3) is lowered to 1. */
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, r18_1, &o, &plan, &err), 0);
+        CU_ASSERT_EQUAL(plan.top_k, 1);
+        CU_ASSERT_EQUAL_FATAL(engine_swap(e, r18_1, &plan, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(e, 77, got, 1), 0);
+        CU_ASSERT(engine_slot_topk(e, 0)[0].cls == 0 && fabs(engine_slot_topk(e, 0)[0].score - 1.0) < 1e-6);
+        engine_free(e);
+
+        /* From resnet18 to resnet50: its samples need more of the arena
+         * allocated at open, so a smaller batch, or a refusal naming it. */
+        e = engine_test_open(r18, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        r = engine_swap_plan(e, r50b, &o, &plan, &err);
+        if (r == 0) {
+                CU_ASSERT(plan.max_batch < 2);
+                CU_ASSERT_EQUAL_FATAL(engine_swap(e, r50b, &plan, &err), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(e, 77, got, R50_CLASSES), 0);
+                CU_ASSERT(engine_test_rel_k(got, l50, R50_CLASSES) < 1e-6);
+        } else {
+                CU_ASSERT_EQUAL(r, -ENOSPC);
+                CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "allocated at start"));
+                fprintf(stderr, "resnet18 -> resnet50 refused: %s\n", err.msg);
+        }
+        engine_free(e);
+        model_free(r18);
+        model_free(r18_1);
+        model_free(r50b);
 }
 
 /* A model swap in place: after engine_swap the engine computes the new
@@ -313,7 +418,7 @@ static void test_engine_cpu_swap_weights(void) {
         engine_options_t o;
         plan_t plan;
         errbuf_t err;
-        float la[MODEL_CLASSES], lb[MODEL_CLASSES], got[MODEL_CLASSES];
+        float la[R50_CLASSES], lb[R50_CLASSES], got[R50_CLASSES];
         char budget[32];
 
         CU_ASSERT_EQUAL_FATAL(model_random(&a, 5), 0);
@@ -405,6 +510,7 @@ int test_engine_cpu_register(void) {
                 { "refuses_misuse", test_engine_cpu_refuses_misuse },
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
                 { "swap_weights", test_engine_cpu_swap_weights },
+                { "swap_architecture", test_engine_cpu_swap_architecture },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("engine_cpu", tests);

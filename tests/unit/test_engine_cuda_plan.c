@@ -254,7 +254,7 @@ static void test_engine_cuda_plan_layout_matches_plan(void) {
                         CU_ASSERT(L.slot.formats_off >= pack_capacity_bytes(L.batch));
                         CU_ASSERT(L.slot.offsets_off >= L.slot.formats_off + (uint64_t)L.batch * 4);
                         CU_ASSERT(L.slot.logits_off >= L.slot.offsets_off + (uint64_t)L.batch * 8);
-                        CU_ASSERT(L.slot.topk_off >= L.slot.logits_off + (uint64_t)L.batch * MODEL_CLASSES * 4);
+                        CU_ASSERT(L.slot.topk_off >= L.slot.logits_off + (uint64_t)L.batch * m->classes * 4);
                         CU_ASSERT(L.slot.bytes >= L.slot.topk_off + (uint64_t)L.batch * req.top_k * 8);
                         CU_ASSERT(L.workspace_off % A == 0 && L.workspace_off >= (uint64_t)L.depth * L.slot.bytes);
                         CU_ASSERT(L.lt_workspace_off % A == 0 && L.im2col_off % A == 0);

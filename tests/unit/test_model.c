@@ -1,6 +1,8 @@
-/* Unit tests of model_: the ResNet-50 v1.5 table, loading from safetensors
- * with every name/shape/dtype check, and BN folding. The weights files are
- * built in memory from the table with st_build, then broken on purpose. */
+/* Unit tests of model_: the ResNet tables (ResNet-50 v1.5 in detail, every
+ * torchvision architecture's parameter count), the architecture detected
+ * from a file and each refusal, loading from safetensors with every
+ * name/shape/dtype check, and BN folding. The weights files are built in
+ * memory from a table with st_build, then broken on purpose. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,16 @@ typedef enum model_break {
         BREAK_NEGATIVE_VAR,     /* running_var of `name` (a BN prefix) negative at index 3 */
         BREAK_NAN,              /* a NaN in `name` at index 5 */
         BREAK_BF16,             /* every float tensor as BF16 */
+        BREAK_DROP_PREFIX,      /* leave out every tensor whose name starts with `name` */
+        BREAK_RESHAPE,          /* `name` gets shape model_try_shape (zeros) */
 } model_break_t;
+
+/* The architecture model_try writes (resnet50 with 1000 classes unless a
+ * test says otherwise), and BREAK_RESHAPE's shape. */
+static const char *model_try_arch = "resnet50";
+static int model_try_classes = 1000;
+static int64_t model_try_shape[4];
+static unsigned model_try_ndim;
 
 typedef struct model_file {
         st_build_tensor_t t[400];       /* what is written; breaks edit this */
@@ -108,9 +119,22 @@ static int model_try(model_break_t how, const char *name, model_t **ret, errbuf_
         size_t len;
         int r;
 
-        model_describe(&desc);
+        {
+                model_arch_t arch;
+
+                CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&arch, model_try_arch, model_try_classes, err), 0);
+                CU_ASSERT_EQUAL_FATAL(model_describe_arch(&desc, &arch), 0);
+        }
         model_file_fill(f, desc, 42);
-        if (how != BREAK_NONE && how != BREAK_BF16 && how != BREAK_EXTRA) {
+        if (how == BREAK_DROP_PREFIX) {
+                size_t kept = 0;
+
+                for (size_t i = 0; i < f->n; i++)
+                        if (strncmp(f->t[i].name, name, strlen(name)) != 0)
+                                f->t[kept++] = f->t[i];
+                CU_ASSERT_FATAL(kept < f->n);
+                f->n = kept;
+        } else if (how != BREAK_NONE && how != BREAK_BF16 && how != BREAK_EXTRA) {
                 char full[96];
                 st_build_tensor_t *t;
 
@@ -140,6 +164,18 @@ static int model_try(model_break_t how, const char *name, model_t **ret, errbuf_
                         ((float *)t->data)[3] = -0.5f;
                 } else if (how == BREAK_NAN) {
                         ((float *)t->data)[5] = NAN;
+                } else if (how == BREAK_RESHAPE) {
+                        size_t numel = 1;
+                        float *d;
+
+                        t->ndim = model_try_ndim;
+                        memcpy(t->shape, model_try_shape, sizeof(model_try_shape));
+                        for (unsigned k = 0; k < t->ndim; k++)
+                                numel *= (size_t)t->shape[k];
+                        d = calloc(numel ? numel : 1, sizeof(float));
+                        f->owned[f->n_owned++] = d;
+                        t->data = d;
+                        t->nbytes = numel * sizeof(float);
                 }
         }
         if (how == BREAK_EXTRA)
@@ -283,7 +319,146 @@ static void test_model_rejects_integer_dtype(void) {
 }
 
 static void test_model_rejects_unexpected_tensor(void) {
-        model_expect_error(BREAK_EXTRA, "layer4.3.conv1.weight", "unexpected tensor 'layer4.3.conv1.weight'");
+        /* A squeeze-and-excitation block's tensor: the stages still count right. */
+        model_expect_error(BREAK_EXTRA, "layer1.0.se.fc1.weight",
+                           "an unexpected tensor 'layer1.0.se.fc1.weight' (not part of resnet50)");
+        /* A fourth block in layer4 is a stage of the wrong length, not a stray tensor. */
+        model_expect_error(BREAK_EXTRA, "layer4.3.conv1.weight",
+                           "layer4 has 4 blocks; torchvision's ResNets have 2 or 3");
+        model_expect_error(BREAK_EXTRA, "layer5.0.conv1.weight", "an unexpected tensor 'layer5.0.conv1.weight'");
+}
+
+/* torchvision's parameter counts (sum of p.numel() over parameters()):
+ * conv and fc weights, fc bias, and BN weight and bias, which fold into a
+ * bias per conv output. */
+static void test_model_table_of_every_arch(void) {
+        static const struct {
+                const char *name;
+                size_t params;
+                int n_ops, features;
+        } archs[] = {
+                { "resnet18", 11689512, 2 + 8 * 2 + 3 + 2, 512 },
+                { "resnet34", 21797672, 2 + 16 * 2 + 3 + 2, 512 },
+                { "resnet50", 25557032, 2 + 16 * 3 + 4 + 2, 2048 },
+                { "resnet101", 44549160, 2 + 33 * 3 + 4 + 2, 2048 },
+                { "resnet152", 60192808, 2 + 50 * 3 + 4 + 2, 2048 },
+                { "wide_resnet50_2", 68883240, 2 + 16 * 3 + 4 + 2, 2048 },
+                { "wide_resnet101_2", 126886696, 2 + 33 * 3 + 4 + 2, 2048 },
+        };
+        errbuf_t err;
+
+        for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+                model_arch_t arch;
+                model_t *m = NULL;
+                int fc;
+
+                CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&arch, archs[i].name, 1000, &err), 0);
+                CU_ASSERT_EQUAL_FATAL(model_describe_arch(&m, &arch), 0);
+                CU_ASSERT_STRING_EQUAL(m->arch.name, archs[i].name);
+                CU_ASSERT_EQUAL(m->n_ops, archs[i].n_ops);
+                CU_ASSERT_EQUAL(m->weight_elems + 2 * (m->bias_elems - 1000) + 1000, archs[i].params);
+                fc = model_find_op(m, "fc");
+                CU_ASSERT_EQUAL(m->ops[fc].cin, archs[i].features);
+                CU_ASSERT_EQUAL(m->tensors[m->logits].c, 1000);
+                /* The last stage's output is 7x7, whatever the depth. */
+                CU_ASSERT_EQUAL(m->ops[fc - 1].h_in, 7);
+                model_free(m);
+        }
+        CU_ASSERT_EQUAL(model_arch_by_name(&(model_arch_t){}, "resnext50_32x4d", 10, &err), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "unknown architecture 'resnext50_32x4d'"));
+        CU_ASSERT_EQUAL(model_arch_by_name(&(model_arch_t){}, "resnet18", 0, &err), -EINVAL);
+        CU_ASSERT_EQUAL(model_arch_by_name(&(model_arch_t){}, "resnet18", MODEL_CLASSES_MAX + 1, &err), -EINVAL);
+}
+
+/* resnet18/34's layer1 has no downsample (64 channels in and out, stride
+ * 1); a basic block is two 3x3 convs, the stride on the first. */
+static void test_model_table_basic_blocks(void) {
+        model_arch_t arch;
+        model_t *m = NULL;
+        errbuf_t err;
+        int i;
+
+        CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&arch, "resnet18", 10, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(model_describe_arch(&m, &arch), 0);
+        CU_ASSERT_EQUAL(m->classes, 10);
+        CU_ASSERT_EQUAL(model_find_op(m, "layer1.0.downsample.0"), -1);
+        CU_ASSERT_EQUAL(model_find_op(m, "layer1.0.conv3"), -1);
+        i = model_find_op(m, "layer2.0.conv1");
+        CU_ASSERT_EQUAL(m->ops[i].kh, 3);
+        CU_ASSERT_EQUAL(m->ops[i].stride, 2);
+        i = model_find_op(m, "layer2.0.conv2");
+        CU_ASSERT_EQUAL(m->ops[i].residual, m->ops[model_find_op(m, "layer2.0.downsample.0")].out);
+        CU_ASSERT_EQUAL(m->ops[model_find_op(m, "layer1.1.conv2")].residual,
+                        m->ops[model_find_op(m, "layer1.1.conv1")].in);
+        model_free(m);
+        CU_ASSERT_EQUAL_FATAL(model_arch_by_name(&arch, "wide_resnet50_2", 3, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(model_describe_arch(&m, &arch), 0);
+        i = model_find_op(m, "layer1.0.conv2");
+        CU_ASSERT_EQUAL(m->ops[i].cin, 128);
+        CU_ASSERT_EQUAL(m->ops[i].cout, 128);
+        CU_ASSERT_EQUAL(m->ops[model_find_op(m, "layer1.0.conv3")].cout, 256);
+        model_free(m);
+}
+
+/* The architecture and the class count come from the file alone. */
+static void test_model_detects_arch_and_classes(void) {
+        static const struct {
+                const char *arch;
+                int classes;
+        } cases[] = { { "resnet18", 10 }, { "resnet34", 1 }, { "resnet50", 3 } };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                model_t *m = NULL;
+                errbuf_t err = { "" };
+
+                model_try_arch = cases[i].arch;
+                model_try_classes = cases[i].classes;
+                CU_ASSERT_EQUAL(model_try(BREAK_NONE, NULL, &m, &err), 0);
+                if (!m) {
+                        fprintf(stderr, "%s/%d: %s\n", cases[i].arch, cases[i].classes, err.msg);
+                        continue;
+                }
+                CU_ASSERT_STRING_EQUAL(m->arch.name, cases[i].arch);
+                CU_ASSERT_EQUAL(m->classes, cases[i].classes);
+                CU_ASSERT_EQUAL(m->tensors[m->logits].c, cases[i].classes);
+                model_free(m);
+        }
+        model_try_arch = "resnet50";
+        model_try_classes = 1000;
+}
+
+/* Each file shape that is no torchvision ResNet gets its own sentence. */
+static void test_model_rejects_unsupported_shapes(void) {
+        model_expect_error(BREAK_DROP_PREFIX, "layer3.5.",
+                           "layer3 has 5 blocks; torchvision's ResNets have 2, 6, 23 or 36");
+        model_expect_error(BREAK_DROP_PREFIX, "layer2.", "layer2 has 0 blocks; torchvision's ResNets have 2, 4 or 8");
+        model_expect_error(BREAK_DROP, "conv1.weight", "tensor 'conv1.weight' is missing: not a torchvision ResNet");
+        model_expect_error(BREAK_DROP, "fc.weight", "tensor 'fc.weight' is missing");
+        /* resnext50_32x4d's first grouped conv: 128 wide, 32 groups of 4. */
+        model_try_shape[0] = 128, model_try_shape[1] = 4, model_try_shape[2] = 3, model_try_shape[3] = 3;
+        model_try_ndim = 4;
+        model_expect_error(BREAK_RESHAPE, "layer1.0.conv2.weight",
+                           "'layer1.0.conv2.weight' has shape [128, 4, 3, 3], a grouped convolution (32 groups): "
+                           "resnext is not supported");
+        model_try_shape[0] = 0, model_try_shape[1] = 2048, model_try_ndim = 2;
+        model_expect_error(BREAK_RESHAPE, "fc.weight", "'fc.weight' has shape [0, 2048]; expected [classes, features] "
+                                                       "with 1 to 100000 classes");
+        model_try_shape[0] = MODEL_CLASSES_MAX + 1, model_try_shape[1] = 1, model_try_ndim = 2;
+        model_expect_error(BREAK_RESHAPE, "fc.weight", "'fc.weight' has shape [100001, 1]");
+        /* fc's input is the last stage's width. */
+        model_try_shape[0] = 1000, model_try_shape[1] = 512, model_try_ndim = 2;
+        model_expect_error(BREAK_RESHAPE, "fc.weight", "tensor 'fc.weight' has shape [1000, 512]; expected [1000, 2048]");
+        /* Basic blocks in a count only bottlenecks use. */
+        model_try_arch = "resnet34";
+        model_expect_error(BREAK_DROP_PREFIX, "layer1.2.",
+                           "basic blocks with 2, 4, 6, 3 blocks per stage match no torchvision ResNet");
+        /* A wide stem where a basic block must be 64 wide. */
+        model_try_arch = "resnet18";
+        model_try_shape[0] = 128, model_try_shape[1] = 64, model_try_shape[2] = 3, model_try_shape[3] = 3;
+        model_try_ndim = 4;
+        model_expect_error(BREAK_RESHAPE, "layer1.0.conv1.weight",
+                           "tensor 'layer1.0.conv1.weight' has shape [128, 64, 3, 3]; expected [64, 64, 3, 3]");
+        model_try_arch = "resnet50";
 }
 
 static void test_model_rejects_negative_variance(void) {
@@ -322,6 +497,10 @@ int test_model_register(void) {
                 { "rejects_wrong_shape", test_model_rejects_wrong_shape },
                 { "rejects_integer_dtype", test_model_rejects_integer_dtype },
                 { "rejects_unexpected_tensor", test_model_rejects_unexpected_tensor },
+                { "table_of_every_arch", test_model_table_of_every_arch },
+                { "table_basic_blocks", test_model_table_basic_blocks },
+                { "detects_arch_and_classes", test_model_detects_arch_and_classes },
+                { "rejects_unsupported_shapes", test_model_rejects_unsupported_shapes },
                 { "rejects_negative_variance", test_model_rejects_negative_variance },
                 { "rejects_non_finite", test_model_rejects_non_finite },
                 { "load_missing_file", test_model_load_missing_file },
