@@ -198,6 +198,11 @@ static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
 /* --- exactly-once: the commit point ---------------------------------------- */
 
 #define DAEMON_TXN_TIMEOUT_MS 30000
+/* init_transactions retries a coordinator that does not answer for this
+ * long, then the daemon stops and says why: within the start-up extension
+ * (DAEMON_START_EXTEND_US) sent before it, so that the reason reaches the
+ * log before systemd's timeout would. */
+#define DAEMON_TXN_INIT_MAX_MS 90000
 
 static bool daemon_eos(const daemon_t *d) {
         return d->kafka && kafka_transactional(d->kafka);
@@ -1532,7 +1537,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                  * the transaction it left open. */
                 sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Initialising Kafka transactions",
                            DAEMON_START_EXTEND_US);
-                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, err);
+                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, DAEMON_TXN_INIT_MAX_MS, err);
                 if (r < 0)
                         return r;
                 log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -789,21 +790,43 @@ static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err)
         return r;
 }
 
-int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err) {
+int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err) {
+        struct timespec ts;
+        int64_t now_ms, deadline_ms;
         rd_kafka_error_t *e;
+        char last[256];
+        int attempts = 0;
 
         if (!k->transactional)
                 return 0;
+        assert(timeout_ms > 0 && total_ms > 0);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        deadline_ms = now_ms + total_ms;
         for (;;) {
-                e = rd_kafka_init_transactions(k->producer, timeout_ms);
+                int wait_ms = deadline_ms - now_ms < timeout_ms ? (int)(deadline_ms - now_ms) : timeout_ms;
+
+                e = rd_kafka_init_transactions(k->producer, wait_ms);
+                attempts++;
                 if (!e)
                         return 0;
                 /* A coordinator still loading, or a previous incarnation's
-                 * transaction being aborted: retriable. */
+                 * transaction being aborted: retriable, until total_ms. */
                 if (!rd_kafka_error_is_retriable(e) || rd_kafka_error_is_fatal(e))
                         return kafka_txn_error(e, "initialise transactions", err);
-                log_info("Initialising transactions: %s; retrying", rd_kafka_error_string(e));
+                snprintf(last, sizeof(last), "%s", rd_kafka_error_string(e));
                 rd_kafka_error_destroy(e);
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                if (now_ms >= deadline_ms)
+                        return errbuf_set(err, -ETIMEDOUT,
+                                          "Failed to initialise transactions: no transaction coordinator accepted "
+                                          "this producer within %.1f s (%d attempt%s, the last failing with \"%s\"); "
+                                          "check that [kafka] brokers are reachable and that the cluster can host "
+                                          "its transaction state log (transaction.state.log.replication.factor and "
+                                          "min.isr at most its brokers)",
+                                          (double)total_ms / 1000.0, attempts, attempts == 1 ? "" : "s", last);
+                log_info("Initialising transactions: %s; retrying", last);
         }
 }
 

@@ -168,8 +168,12 @@ bool kafka_transactional(const kafka_t *k);
 bool kafka_txn_is_open(const kafka_t *k);
 
 /* init_transactions (at start-up; fences an earlier incarnation of the same
- * transactional.id and aborts its open transaction). No-op without EOS. */
-int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err);
+ * transactional.id and aborts its open transaction). No-op without EOS.
+ * A retriable failure (no coordinator yet, a previous incarnation's
+ * transaction still being aborted) is retried, each attempt waiting up to
+ * timeout_ms, until total_ms have passed; then -ETIMEDOUT with a sentence
+ * that says how long, how many attempts and what the last one was told. */
+int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err);
 int kafka_txn_begin(kafka_t *k, errbuf_t *err);
 
 /* Adds offsets (the next offset to read, per input partition) with the
