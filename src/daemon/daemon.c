@@ -116,6 +116,7 @@ struct daemon {
         uint64_t delivered;
         uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
         uint64_t watchdog_usec;
+        uint64_t watchdog_next_us;      /* the next WATCHDOG=1 is due (daemon_watchdog_ping) */
 
         /* Metrics ([metrics] listen): the server, and what the sampling
          * timer last read; the counters are the pipeline's and Kafka's. */
@@ -436,32 +437,48 @@ static void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_li
         }
 }
 
+static void daemon_watchdog_ping(daemon_t *d);
+
 /* Before partitions go: every record taken so far is finished, produced,
  * acknowledged and its offset stored, then committed. Blocks the loop (a
  * rebalance is rare and bounded by drain.timeout_s). */
 static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
         daemon_t *d = userdata;
-        uint64_t deadline = daemon_now_us() + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        uint64_t start = daemon_now_us(), deadline = start + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        /* The waits below block the event loop, and with it the watchdog
+         * timer: they ping themselves, on the same rule (daemon_watchdog_ping),
+         * waking at least every quarter interval. */
+        int wait_ms = d->watchdog_usec > 0 && d->watchdog_usec / 4000 < 100 ? (int)(d->watchdog_usec / 4000) + 1 : 100;
+        int in_slots;
         errbuf_t err = {};
         int left = 0;
 
         if (!d->pipeline)
                 return;         /* not started: nothing was taken */
         d->in_revoke = true;
+        in_slots = daemon_records_in_slots(d);
         pipeline_held_drop(d->pipeline, parts);
         pipeline_flush_filling(d->pipeline);
         while (daemon_records_in_slots(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
                 struct pollfd p[2] = { { .fd = engine_completion_fd(d->engine), .events = POLLIN },
                                        { .fd = decode_pool_fd(d->decode), .events = POLLIN } };
 
-                poll(p, 2, 100);
+                poll(p, 2, wait_ms);
                 pipeline_decoded(d->pipeline);
                 pipeline_reap(d->pipeline);
                 kafka_poll_producer(d->kafka);
                 pipeline_produce_pending(d->pipeline);
+                daemon_watchdog_ping(d);
         }
-        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline)
-                kafka_flush(d->kafka, 100, &left);
+        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline) {
+                kafka_flush(d->kafka, wait_ms, &left);
+                daemon_watchdog_ping(d);
+        }
+        /* CLOCK_MONOTONIC seconds, as systemd's own timestamps: the
+         * notify test matches this window against the pings it received. */
+        log_info("Revoke: waited %.3f s for the records taken before it (%d in slots), monotonic %.3f to %.3f s",
+                 (double)(daemon_now_us() - start) / 1e6, in_slots, (double)start / 1e6,
+                 (double)daemon_now_us() / 1e6);
         if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (daemon_eos(d)) {
@@ -700,20 +717,30 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 /* WATCHDOG=1 only while the pipeline makes progress: it is idle, or a batch
- * completed within the watchdog interval. A stuck batch stops the pings. */
-static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
-        daemon_t *d = userdata;
+ * completed within the watchdog interval. A stuck batch stops the pings.
+ * Called by the timer and by the loops that block the event loop (the
+ * revoke's wait), at most once every quarter interval. */
+static void daemon_watchdog_ping(daemon_t *d) {
         uint64_t t = daemon_now_us();
         pipeline_stats_t st;
 
-        (void)usec;
+        if (d->watchdog_usec == 0 || t < d->watchdog_next_us)
+                return;
+        d->watchdog_next_us = t + d->watchdog_usec / 4;
         daemon_stats(d, &st);
         if (st.slots_in_flight == 0 || t - st.last_progress_us < d->watchdog_usec)
                 sd_notify(0, "WATCHDOG=1");
         else
                 log_warning("No batch completed for %.1f s: not pinging the watchdog",
                             (double)(t - st.last_progress_us) / 1e6);
-        sd_event_source_set_time(s, t + d->watchdog_usec / 4);
+}
+
+static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)usec;
+        daemon_watchdog_ping(d);
+        sd_event_source_set_time(s, d->watchdog_next_us);
         return 0;
 }
 
@@ -1612,7 +1639,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         sd_event_source_set_enabled(d->hold_timer, SD_EVENT_OFF);
         sd_event_source_set_enabled(d->defer, SD_EVENT_OFF);
         if (sd_watchdog_enabled(0, &d->watchdog_usec) > 0 && d->watchdog_usec > 0) {
-                r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, daemon_now_us(), 0,
+                d->watchdog_next_us = daemon_now_us();
+                r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, d->watchdog_next_us, 0,
                                       daemon_on_watchdog, d);
                 if (r < 0)
                         return errbuf_set(err, r, "Failed to add the watchdog timer: %s", strerror(-r));
