@@ -1424,6 +1424,10 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
         o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
+        /* ... and more when the back-pressure hold needs it: its queue
+         * holds the records left in it while the pipeline is full. */
+        o->kafka_hold_us = PIPELINE_HOLD_MAX_US;
+        o->kafka_hold_rate_per_s = c->batching.max_images_per_s;
 }
 
 void daemon_swap_engine_options(const cfg_t *next, int decode_threads, uint64_t decode_max_pixels,
@@ -1497,7 +1501,6 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         kafka_limits_t lim;
         const plan_t *plan;
         char host[32], warning[512] = "", size[32];
-        uint64_t kafka_bytes;
         int r;
 
         r = daemon_metrics_start(d, err);
@@ -1554,8 +1557,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         /* What the host budget leaves after the pinned buffers and the
          * decode contexts bounds the records librdkafka may prefetch (at
          * least KAFKA_LIMITS_MIN_BYTES: the plan kept that free). */
-        kafka_bytes = plan->host_rest_bytes;
-        kafka_limits_from_budget(kafka_bytes, &lim);
+        kafka_limits_from_plan(plan, &lim);
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;

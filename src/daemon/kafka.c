@@ -64,34 +64,31 @@ struct kafka {
  * always 8 bytes: a counter increment of 1). */
 static const uint64_t kafka_io_payload = 1;
 
-void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
-        /* Half of what is left for the prefetch queue, a quarter for one fetch
-         * response; never below what one float32 record needs. The last
-         * quarter bounds the producer's queue, which librdkafka would
-         * otherwise let grow to 1 GiB whatever the budget, e.g. while the
-         * output topic's leader is away but the input is still read; when it
-         * is full, produce returns QUEUE_FULL and the pipeline holds back.
-         * Its floor, 4 MiB, is above the producer's message.max.bytes
-         * (1,000,000 by default), so that the largest DLQ copy always fits in
-         * an empty queue. */
-        uint64_t q = bytes / 2, f = bytes / 4, p = bytes / 4;
+/* Half of what is left for the prefetch queue, a quarter for one fetch
+ * response; never below what one float32 record needs. The last quarter
+ * bounds the producer's queue, which librdkafka would otherwise let grow to
+ * 1 GiB whatever the budget, e.g. while the output topic's leader is away
+ * but the input is still read; when it is full, produce returns QUEUE_FULL
+ * and the pipeline holds back. Its floor, 4 MiB, is above the producer's
+ * message.max.bytes (1,000,000 by default), so that the largest DLQ copy
+ * always fits in an empty queue. The split is the planner's
+ * (plan_kafka_split), which shows it. */
+static void kafka_limits_set(uint64_t queue, uint64_t fetch, uint64_t producer, kafka_limits_t *ret) {
+        ret->queued_max_kbytes = queue / 1024;
+        ret->fetch_max_bytes = fetch;
+        ret->partition_fetch_max_bytes = fetch;
+        ret->producer_queue_kbytes = producer / 1024;
+}
 
-        if (q < 4ull << 20)
-                q = 4ull << 20;
-        if (q > 1ull << 30)
-                q = 1ull << 30;
-        if (f < 2ull << 20)
-                f = 2ull << 20;
-        if (f > 256ull << 20)
-                f = 256ull << 20;
-        if (p < 4ull << 20)
-                p = 4ull << 20;
-        if (p > 1ull << 30)
-                p = 1ull << 30;
-        ret->queued_max_kbytes = q / 1024;
-        ret->fetch_max_bytes = f;
-        ret->partition_fetch_max_bytes = f;
-        ret->producer_queue_kbytes = p / 1024;
+void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
+        uint64_t q, f, p;
+
+        plan_kafka_split(bytes, 0, &q, &f, &p);
+        kafka_limits_set(q, f, p, ret);
+}
+
+void kafka_limits_from_plan(const plan_t *p, kafka_limits_t *ret) {
+        kafka_limits_set(p->kafka_queue_bytes, p->kafka_fetch_bytes, p->kafka_producer_bytes, ret);
 }
 
 static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, errbuf_t *err) {

@@ -24,6 +24,7 @@
 #include "daemon/cfg.h"
 #include "daemon/metrics.h"
 #include "core/errbuf.h"
+#include "core/plan.h"
 
 typedef struct kafka kafka_t;
 
@@ -56,10 +57,15 @@ typedef struct kafka_limits {
  * left for them: the floors of kafka_limits_from_budget (4 MiB prefetch,
  * 2 MiB fetch, 4 MiB producer queue). The planner keeps it free of the
  * pinned buffers and the decode contexts. */
-#define KAFKA_LIMITS_MIN_BYTES ((uint64_t)10 << 20)
+#define KAFKA_LIMITS_MIN_BYTES PLAN_KAFKA_MIN_BYTES
 
-/* Derives the limits from the bytes of host memory left for Kafka. */
+/* Derives the limits from the bytes of host memory left for Kafka
+ * (plan_kafka_split, with no hold to keep). */
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret);
+
+/* The limits a plan made (its kafka_* terms: the consumer queue holds the
+ * back-pressure hold's records). */
+void kafka_limits_from_plan(const plan_t *p, kafka_limits_t *ret);
 
 /* Creates both handles from c (brokers, group, [kafka.consumer] and
  * [kafka.producer] applied over our defaults; librdkafka's refusal is the
