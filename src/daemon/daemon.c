@@ -608,6 +608,12 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)revents;
         kafka_fd_clear(fd);
         kafka_poll_producer(d->kafka);
+        /* Delivery reports make room in the producer's queue: a slot that
+         * waited for it is produced and freed now, and the records held
+         * behind it are taken (fetching resumed) at once, not at the poll
+         * timer's next turn. */
+        if (d->pipeline && pipeline_produce_pending(d->pipeline) == 0)
+                daemon_pump(d);
         daemon_txn_check(d);
         daemon_swap_check(d);
         daemon_check_drained(d);
