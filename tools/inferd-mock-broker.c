@@ -9,7 +9,9 @@
  *   SIGUSR1 / SIGUSR2        every broker down / up;
  *   stdin "down" / "up"      every broker down / up;
  *   stdin "down N" / "up N"  broker N (ids are 1..brokers) down / up;
- * each acknowledged by one line on stdout ("brokers down", "broker 2 up"), or
+ *   stdin "rtt MS"           every broker answers each request MS ms late (0: at once);
+ * each acknowledged by one line on stdout ("brokers down", "broker 2 up",
+ * "brokers rtt 2500 ms"), or
  * "error: ..." for a line it does not understand. End of stdin is not a stop.
  *
  * It is not a Kafka server for real data: everything lives in memory and is
@@ -49,7 +51,8 @@ static void usage(FILE *f) {
                 "usage: inferd-mock-broker [--brokers N] [--topic NAME:PARTITIONS]...\n"
                 "Runs librdkafka's mock Kafka cluster on loopback and prints its bootstrap\n"
                 "address as the first line. SIGUSR1/SIGUSR2 or \"down [N]\"/\"up [N]\" on stdin\n"
-                "take brokers down and up. SIGTERM or SIGINT stops it.\n");
+                "take brokers down and up; \"rtt MS\" on stdin delays every answer by MS ms.\n"
+                "SIGTERM or SIGINT stops it.\n");
 }
 
 /* Parses "NAME:PARTITIONS". Returns 0 or -EINVAL. */
@@ -93,6 +96,19 @@ static void mock_command(mock_t *m, char *line) {
         n = sscanf(line, "%15s %d %c", word, &id, &extra);
         if (n < 1)
                 return;         /* blank line */
+        if (strcmp(word, "rtt") == 0) {
+                rd_kafka_resp_err_t e;
+
+                if (n != 2 || id < 0 || id > 60000)
+                        goto bad;
+                e = rd_kafka_mock_broker_set_rtt(m->cluster, -1, id);
+                if (e)
+                        printf("error: %s\n", rd_kafka_err2str(e));
+                else
+                        printf("brokers rtt %d ms\n", id);
+                fflush(stdout);
+                return;
+        }
         if (strcmp(word, "down") == 0)
                 up = 0;
         else if (strcmp(word, "up") == 0)
@@ -106,8 +122,8 @@ static void mock_command(mock_t *m, char *line) {
         mock_set(m, id, up);
         return;
 bad:
-        printf("error: '%s' is not \"down\", \"up\", \"down N\" or \"up N\" with N in 1..%d\n",
-               line, m->brokers);
+        printf("error: '%s' is not \"down\", \"up\", \"down N\" or \"up N\" with N in 1..%d, or \"rtt MS\" "
+               "with MS in 0..60000\n", line, m->brokers);
         fflush(stdout);
 }
 

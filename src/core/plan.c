@@ -238,6 +238,45 @@ int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64
                           units_format_size(per_thread_bytes, d, sizeof(d)), (unsigned long long)max_pixels);
 }
 
+uint64_t plan_kafka_hold_records(uint64_t hold_us, int rate_per_s, int pipeline_depth, int batch) {
+        uint64_t slots = (uint64_t)pipeline_depth * (uint64_t)batch, at_rate;
+
+        if (hold_us == 0)
+                return 0;
+        at_rate = ((uint64_t)rate_per_s * hold_us + 999999) / 1000000;
+        return at_rate > slots ? at_rate : slots;
+}
+
+static uint64_t plan_clamp(uint64_t v, uint64_t lo, uint64_t hi) {
+        return v < lo ? lo : v > hi ? hi : v;
+}
+
+void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t *queue_bytes, uint64_t *fetch_bytes,
+                      uint64_t *producer_bytes) {
+        uint64_t q = plan_clamp(rest_bytes / 2, PLAN_KAFKA_QUEUE_MIN_BYTES, (uint64_t)1 << 30), left;
+
+        if (q < hold_bytes)
+                q = hold_bytes < PLAN_KAFKA_QUEUE_MAX_BYTES ? hold_bytes : PLAN_KAFKA_QUEUE_MAX_BYTES;
+        left = rest_bytes > q ? rest_bytes - q : 0;
+        *queue_bytes = q;
+        *fetch_bytes = plan_clamp(left / 2, PLAN_KAFKA_FETCH_MIN_BYTES, (uint64_t)256 << 20);
+        *producer_bytes = plan_clamp(left / 2, PLAN_KAFKA_PRODUCER_MIN_BYTES, (uint64_t)1 << 30);
+        /* Too little for halves above both floors: the producer's floor
+         * first (a DLQ copy must fit), the fetch response the rest. */
+        if (left < 2 * PLAN_KAFKA_PRODUCER_MIN_BYTES) {
+                *producer_bytes = PLAN_KAFKA_PRODUCER_MIN_BYTES;
+                *fetch_bytes = left > PLAN_KAFKA_PRODUCER_MIN_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES
+                                       ? left - PLAN_KAFKA_PRODUCER_MIN_BYTES
+                                       : PLAN_KAFKA_FETCH_MIN_BYTES;
+        }
+}
+
+/* librdkafka's terms of a plan whose host_rest_bytes is known. */
+static void plan_kafka_terms(plan_t *p) {
+        plan_kafka_split(p->host_rest_bytes, p->kafka_hold_bytes, &p->kafka_queue_bytes, &p->kafka_fetch_bytes,
+                         &p->kafka_producer_bytes);
+}
+
 uint64_t plan_arena_bytes(const plan_t *p) {
         return (p->engine.weights_in_arena ? p->weights_bytes : 0) + p->activation_bytes +
                p->engine.workspace_bytes + p->engine.staging_bytes;
@@ -276,6 +315,22 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                                        ? p->engine.pinned_host_bytes
                                        : req->held_pinned_host_bytes;
         p->host_reserve_bytes = req->host_reserve_bytes;
+        /* librdkafka's queue holds the hold's records: the reserve that
+         * neither the pinned buffers nor decoding may take covers them and
+         * the floors of the fetch response and the producer's queue. A
+         * hold past the queue's largest size cannot be kept. */
+        p->kafka_hold_records = plan_kafka_hold_records(req->kafka_hold_us, req->kafka_hold_rate_per_s,
+                                                        req->pipeline_depth, batch);
+        p->kafka_hold_us = req->kafka_hold_us;
+        p->kafka_hold_bytes = p->kafka_hold_records * req->record_bytes;
+        if (p->kafka_hold_bytes > 0) {
+                uint64_t need = p->kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES;
+
+                if (p->kafka_hold_bytes > PLAN_KAFKA_QUEUE_MAX_BYTES)
+                        need = UINT64_MAX / 4;
+                if (need > p->host_reserve_bytes)
+                        p->host_reserve_bytes = need;
+        }
         if (req->decode_threads > 0 || req->decode_threads_auto > 0) {
                 r = plan_decode_terms(req->decode_max_pixels, req->decode_input_bytes, &p->decode);
                 if (r < 0)
@@ -292,6 +347,7 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes
                                      ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes
                                      : 0;
+        plan_kafka_terms(p);
         /* Likewise the arena: what this batch does not carve of it is held. */
         arena = plan_arena_bytes(p);
         p->held_arena_bytes = req->held_arena_bytes;
@@ -304,6 +360,21 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
 static int plan_fits(const plan_t *p) {
         return p->total_bytes <= p->budget_bytes &&
                p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes;
+}
+
+/* Names the reserve kept for librdkafka in a refusal: its floors, or its
+ * queues sized for the hold's records. */
+static const char *plan_reserve_what(const plan_t *p, char *buf, size_t len) {
+        char a[32], b[32];
+
+        if (p->kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES < p->host_reserve_bytes ||
+            p->kafka_hold_bytes == 0)
+                snprintf(buf, len, "librdkafka's minimum (%s)", units_format_size(p->host_reserve_bytes, a, sizeof(a)));
+        else
+                snprintf(buf, len, "librdkafka's queues (%s, the consumer queue holding %llu records of up to %s "
+                         "for the back-pressure hold)", units_format_size(p->host_reserve_bytes, a, sizeof(a)),
+                         (unsigned long long)p->kafka_hold_records, units_format_size(p->record_bytes, b, sizeof(b)));
+        return buf;
 }
 
 /* Explains why batch 1 does not fit: the first term, in the order they are
@@ -320,7 +391,7 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                 { "the device staging buffers", p->engine.staging_bytes },
                 { "the activations of one sample", p->activation_bytes },
         };
-        char a[32], b[32], c[32], d[32];
+        char a[32], b[32], c[32], d[32], what[200];
         uint64_t sum = 0;
 
         /* A swap's plan: the arena allocated at open outweighs this batch's
@@ -370,20 +441,30 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                   "the plan does not fit: [memory] host_budget (%s) is too small for the pinned "
                                   "buffers allocated at start (%s for %d slots, kept whole by a model swap in "
                                   "place until a restart, where batch 1 would carve %s of them)%s and "
-                                  "librdkafka's minimum (%s): raise [memory] host_budget, or restart inferd to plan "
+                                  "%s: raise [memory] host_budget, or restart inferd to plan "
                                   "the pinned buffers again",
                                   units_format_size(p->host_budget_bytes, b, sizeof(b)),
                                   units_format_size(p->held_pinned_host_bytes, a, sizeof(a)), p->pipeline_depth,
                                   units_format_size(p->engine.pinned_host_bytes, d, sizeof(d)), decode,
-                                  units_format_size(p->host_reserve_bytes, c, sizeof(c)));
+                                  plan_reserve_what(p, what, sizeof(what)));
         }
+        if (p->kafka_hold_bytes > PLAN_KAFKA_QUEUE_MAX_BYTES)
+                return errbuf_set(err, -ENOSPC,
+                                  "the plan does not fit: librdkafka's consumer queue would have to hold %llu records "
+                                  "of up to %s (%s) for the back-pressure hold of %.1f s at [batching] "
+                                  "max_images_per_s, past its largest size of %s: lower [batching] max_images_per_s",
+                                  (unsigned long long)p->kafka_hold_records,
+                                  units_format_size(p->record_bytes, a, sizeof(a)),
+                                  units_format_size(p->kafka_hold_bytes, b, sizeof(b)),
+                                  (double)p->kafka_hold_us / 1e6,
+                                  units_format_size(PLAN_KAFKA_QUEUE_MAX_BYTES, c, sizeof(c)));
         if (p->pinned_host_bytes + p->host_reserve_bytes > p->host_budget_bytes)
                 return errbuf_set(err, -ENOSPC,
                                   "the plan does not fit: the host budget of %s is too small for the pinned buffers "
-                                  "of %d slots of one sample (%s) and librdkafka's minimum (%s)",
+                                  "of %d slots of one sample (%s) and %s",
                                   units_format_size(p->host_budget_bytes, b, sizeof(b)), p->pipeline_depth,
                                   units_format_size(p->pinned_host_bytes, a, sizeof(a)),
-                                  units_format_size(p->host_reserve_bytes, c, sizeof(c)));
+                                  plan_reserve_what(p, what, sizeof(what)));
         if (p->decode_limit == PLAN_DECODE_LIMIT_RUNNING)
                 return plan_decode_refuse_running(err, p->host_budget_bytes, p->pinned_host_bytes,
                                                   p->host_reserve_bytes, p->decode_threads, p->decode_max_pixels,
@@ -449,6 +530,7 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
                 assert(r == 0);
                 ret->decode_host_bytes = (uint64_t)ret->decode_threads * plan_decode_context_bytes(&ret->decode);
                 ret->host_rest_bytes = ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_host_bytes;
+                plan_kafka_terms(ret);
         }
         return 0;
 }
@@ -463,8 +545,10 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
-                "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,\"held_arena_bytes\":%llu,"
-                "\"arena_kept_bytes\":%llu,\"held_pinned_host_bytes\":%llu,\"carved_pinned_host_bytes\":%llu}\n",
+                "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,"
+                "\"kafka_hold_us\":%llu,\"kafka_hold_records\":%llu,\"kafka_hold_bytes\":%llu,"
+                "\"kafka_queue_bytes\":%llu,\"kafka_fetch_bytes\":%llu,\"kafka_producer_bytes\":%llu,"
+                "\"held_arena_bytes\":%llu,\"arena_kept_bytes\":%llu,\"held_pinned_host_bytes\":%llu,\"carved_pinned_host_bytes\":%llu}\n",
                 p->model, p->classes, backend_name(p->backend), precision_name(p->precision), p->max_batch,
                 p->pipeline_depth, (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
                 (unsigned long long)p->activation_bytes, (unsigned long long)p->workspace_bytes,
@@ -477,13 +561,17 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
                 (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes,
                 plan_decode_limit_name(p->decode_limit), (unsigned long long)p->host_reserve_bytes,
-                (unsigned long long)p->host_rest_bytes, (unsigned long long)p->held_arena_bytes,
+                (unsigned long long)p->host_rest_bytes, (unsigned long long)p->kafka_hold_us,
+                (unsigned long long)p->kafka_hold_records, (unsigned long long)p->kafka_hold_bytes,
+                (unsigned long long)p->kafka_queue_bytes, (unsigned long long)p->kafka_fetch_bytes,
+                (unsigned long long)p->kafka_producer_bytes, (unsigned long long)p->held_arena_bytes,
                 (unsigned long long)p->arena_kept_bytes, (unsigned long long)p->held_pinned_host_bytes,
                 (unsigned long long)p->engine.pinned_host_bytes);
         return ferror(out) ? -EIO : 0;
 }
 
 int plan_write_text(const plan_t *p, FILE *out) {
+        char c[32];
         const struct {
                 const char *name;
                 uint64_t bytes;
@@ -546,5 +634,16 @@ int plan_write_text(const plan_t *p, FILE *out) {
         }
         fprintf(out, "  %-22s %12s  of the host budget (librdkafka's queues; at least %s)\n", "host budget left",
                 units_format_size(p->host_rest_bytes, a, sizeof(a)), units_format_size(p->host_reserve_bytes, b, sizeof(b)));
+        if (p->kafka_hold_us > 0) {
+                fprintf(out, "  %-22s %12s  (queued.max.messages.kbytes: at least a %.1f s back-pressure hold, %llu "
+                        "records of up to %s = %s)\n", "  consumer queue",
+                        units_format_size(p->kafka_queue_bytes, a, sizeof(a)), (double)p->kafka_hold_us / 1e6,
+                        (unsigned long long)p->kafka_hold_records, units_format_size(p->record_bytes, b, sizeof(b)),
+                        units_format_size(p->kafka_hold_bytes, c, sizeof(c)));
+                fprintf(out, "  %-22s %12s  (fetch.max.bytes: one response, which may overshoot the queue)\n",
+                        "  fetch response", units_format_size(p->kafka_fetch_bytes, a, sizeof(a)));
+                fprintf(out, "  %-22s %12s  (queue.buffering.max.kbytes: predictions and DLQ copies not yet "
+                        "acknowledged)\n", "  producer queue", units_format_size(p->kafka_producer_bytes, a, sizeof(a)));
+        }
         return ferror(out) ? -EIO : 0;
 }

@@ -97,6 +97,33 @@ typedef struct plan_decode_terms {
  * when max_pixels is 0. */
 int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *ret);
 
+/* librdkafka's floors, whatever the budget leaves: a consumer queue and a
+ * fetch response that hold a float32 record, and a producer queue above
+ * its default message.max.bytes (1,000,000), so that the largest DLQ copy
+ * fits an empty queue. PLAN_KAFKA_MIN_BYTES is their sum. */
+#define PLAN_KAFKA_QUEUE_MIN_BYTES ((uint64_t)4 << 20)
+#define PLAN_KAFKA_FETCH_MIN_BYTES ((uint64_t)2 << 20)
+#define PLAN_KAFKA_PRODUCER_MIN_BYTES ((uint64_t)4 << 20)
+#define PLAN_KAFKA_MIN_BYTES (PLAN_KAFKA_QUEUE_MIN_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES)
+/* queued.max.messages.kbytes's largest value (librdkafka's 2097151 KiB). */
+#define PLAN_KAFKA_QUEUE_MAX_BYTES ((uint64_t)2097151 << 10)
+
+/* The records librdkafka's consumer queue must hold for a hold of hold_us:
+ * the planned intake rate over the hold when there is a cap (rate_per_s),
+ * and in any case one full batch for every slot, which the slots take at
+ * once when they free (without a cap the engine's rate is not planned: the
+ * plan cannot know it, so the slots' refill is the rate it plans). */
+uint64_t plan_kafka_hold_records(uint64_t hold_us, int rate_per_s, int pipeline_depth, int batch);
+
+/* Splits the host bytes left for librdkafka (rest_bytes): half for the
+ * consumer queue (at least PLAN_KAFKA_QUEUE_MIN_BYTES, at most 1 GiB),
+ * and at least hold_bytes (up to PLAN_KAFKA_QUEUE_MAX_BYTES); what is left of it, half for one fetch
+ * response (at most 256 MiB) and half for the producer's queue (at most
+ * 1 GiB); each at least its floor. The three stay within rest_bytes
+ * whenever rest_bytes >= hold_bytes + the fetch and producer floors. */
+void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t *queue_bytes, uint64_t *fetch_bytes,
+                      uint64_t *producer_bytes);
+
 /* What decided the number of decode contexts. */
 typedef enum plan_decode_limit {
         PLAN_DECODE_LIMIT_NONE,         /* no decoding planned */
@@ -177,6 +204,12 @@ typedef struct plan_request {
         uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
         uint64_t host_reserve_bytes;    /* host bytes that neither the pinned buffers nor decoding may take
                                          * (the daemon: librdkafka's floor; inferd-run: 0) */
+        /* librdkafka's consumer queue holds the records the daemon leaves
+         * in it while its pipeline is full (the hold: PIPELINE_HOLD_MAX_US
+         * before fetching pauses): see plan_kafka_hold_records. 0: no
+         * Kafka (inferd-run). */
+        uint64_t kafka_hold_us;
+        int kafka_hold_rate_per_s;      /* [batching] max_images_per_s; 0: no cap */
         /* What the running engine allocated at open and a model swap in
          * place keeps (engine_swap_plan); 0 for a plan made for an open.
          * The plan charges at least these, whatever its batch carves. */
@@ -226,6 +259,15 @@ typedef struct plan {
         uint64_t host_reserve_bytes;    /* the request's */
         uint64_t host_rest_bytes;       /* host budget - pinned - decode: what is left (the daemon gives it
                                          * to librdkafka's queues) */
+        /* librdkafka's share of host_rest_bytes (plan_kafka_split): its
+         * consumer queue (queued.max.messages.kbytes), one fetch response
+         * (fetch.max.bytes) and its producer queue
+         * (queue.buffering.max.kbytes). The queue holds at least the hold's
+         * records; host_reserve_bytes is raised so that it can. */
+        uint64_t kafka_hold_us;         /* the request's */
+        uint64_t kafka_hold_records;    /* plan_kafka_hold_records; 0 without Kafka */
+        uint64_t kafka_hold_bytes;      /* kafka_hold_records * record_bytes */
+        uint64_t kafka_queue_bytes, kafka_fetch_bytes, kafka_producer_bytes;
         /* Liveness result: per-sample element offset of each activation tensor
          * in the activation arena, and the arena's size in elements. */
         size_t tensor_offset[MODEL_MAX_TENSORS];

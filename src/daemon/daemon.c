@@ -120,6 +120,7 @@ struct daemon {
         uint64_t delivered;
         uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
         uint64_t watchdog_usec;
+        uint64_t watchdog_next_us;      /* the next WATCHDOG=1 is due (daemon_watchdog_ping) */
 
         /* Metrics ([metrics] listen): the server, and what the sampling
          * timer last read; the counters are the pipeline's and Kafka's. */
@@ -202,6 +203,11 @@ static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
 /* --- exactly-once: the commit point ---------------------------------------- */
 
 #define DAEMON_TXN_TIMEOUT_MS 30000
+/* init_transactions retries a coordinator that does not answer for this
+ * long, then the daemon stops and says why: within the start-up extension
+ * (DAEMON_START_EXTEND_US) sent before it, so that the reason reaches the
+ * log before systemd's timeout would. */
+#define DAEMON_TXN_INIT_MAX_MS 90000
 
 static bool daemon_eos(const daemon_t *d) {
         return d->kafka && kafka_transactional(d->kafka);
@@ -435,32 +441,48 @@ static void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_li
         }
 }
 
+static void daemon_watchdog_ping(daemon_t *d);
+
 /* Before partitions go: every record taken so far is finished, produced,
  * acknowledged and its offset stored, then committed. Blocks the loop (a
  * rebalance is rare and bounded by drain.timeout_s). */
 static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
         daemon_t *d = userdata;
-        uint64_t deadline = daemon_now_us() + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        uint64_t start = daemon_now_us(), deadline = start + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        /* The waits below block the event loop, and with it the watchdog
+         * timer: they ping themselves, on the same rule (daemon_watchdog_ping),
+         * waking at least every quarter interval. */
+        int wait_ms = d->watchdog_usec > 0 && d->watchdog_usec / 4000 < 100 ? (int)(d->watchdog_usec / 4000) + 1 : 100;
+        int in_slots;
         errbuf_t err = {};
         int left = 0;
 
         if (!d->pipeline)
                 return;         /* not started: nothing was taken */
         d->in_revoke = true;
+        in_slots = daemon_records_in_slots(d);
         pipeline_held_drop(d->pipeline, parts);
         pipeline_flush_filling(d->pipeline);
         while (daemon_records_in_slots(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
                 struct pollfd p[2] = { { .fd = engine_completion_fd(d->engine), .events = POLLIN },
                                        { .fd = decode_pool_fd(d->decode), .events = POLLIN } };
 
-                poll(p, 2, 100);
+                poll(p, 2, wait_ms);
                 pipeline_decoded(d->pipeline);
                 pipeline_reap(d->pipeline);
                 kafka_poll_producer(d->kafka);
                 pipeline_produce_pending(d->pipeline);
+                daemon_watchdog_ping(d);
         }
-        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline)
-                kafka_flush(d->kafka, 100, &left);
+        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline) {
+                kafka_flush(d->kafka, wait_ms, &left);
+                daemon_watchdog_ping(d);
+        }
+        /* CLOCK_MONOTONIC seconds, as systemd's own timestamps: the
+         * notify test matches this window against the pings it received. */
+        log_info("Revoke: waited %.3f s for the records taken before it (%d in slots), monotonic %.3f to %.3f s",
+                 (double)(daemon_now_us() - start) / 1e6, in_slots, (double)start / 1e6,
+                 (double)daemon_now_us() / 1e6);
         if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (daemon_eos(d)) {
@@ -590,6 +612,12 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)revents;
         kafka_fd_clear(fd);
         kafka_poll_producer(d->kafka);
+        /* Delivery reports make room in the producer's queue: a slot that
+         * waited for it is produced and freed now, and the records held
+         * behind it are taken (fetching resumed) at once, not at the poll
+         * timer's next turn. */
+        if (d->pipeline && pipeline_produce_pending(d->pipeline) == 0)
+                daemon_pump(d);
         daemon_txn_check(d);
         daemon_swap_check(d);
         daemon_check_drained(d);
@@ -699,20 +727,30 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 /* WATCHDOG=1 only while the pipeline makes progress: it is idle, or a batch
- * completed within the watchdog interval. A stuck batch stops the pings. */
-static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
-        daemon_t *d = userdata;
+ * completed within the watchdog interval. A stuck batch stops the pings.
+ * Called by the timer and by the loops that block the event loop (the
+ * revoke's wait), at most once every quarter interval. */
+static void daemon_watchdog_ping(daemon_t *d) {
         uint64_t t = daemon_now_us();
         pipeline_stats_t st;
 
-        (void)usec;
+        if (d->watchdog_usec == 0 || t < d->watchdog_next_us)
+                return;
+        d->watchdog_next_us = t + d->watchdog_usec / 4;
         daemon_stats(d, &st);
         if (st.slots_in_flight == 0 || t - st.last_progress_us < d->watchdog_usec)
                 sd_notify(0, "WATCHDOG=1");
         else
                 log_warning("No batch completed for %.1f s: not pinging the watchdog",
                             (double)(t - st.last_progress_us) / 1e6);
-        sd_event_source_set_time(s, t + d->watchdog_usec / 4);
+}
+
+static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)usec;
+        daemon_watchdog_ping(d);
+        sd_event_source_set_time(s, d->watchdog_next_us);
         return 0;
 }
 
@@ -1424,6 +1462,10 @@ static void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *hos
         o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
         o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
+        /* ... and more when the back-pressure hold needs it: its queue
+         * holds the records left in it while the pipeline is full. */
+        o->kafka_hold_us = PIPELINE_HOLD_MAX_US;
+        o->kafka_hold_rate_per_s = c->batching.max_images_per_s;
 }
 
 void daemon_swap_engine_options(const cfg_t *next, int decode_threads, uint64_t decode_max_pixels,
@@ -1503,7 +1545,6 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         kafka_limits_t lim;
         const plan_t *plan;
         char host[32], warning[512] = "", size[32];
-        uint64_t kafka_bytes;
         int r;
 
         r = daemon_metrics_start(d, err);
@@ -1561,8 +1602,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         /* What the host budget leaves after the pinned buffers and the
          * decode contexts bounds the records librdkafka may prefetch (at
          * least KAFKA_LIMITS_MIN_BYTES: the plan kept that free). */
-        kafka_bytes = plan->host_rest_bytes;
-        kafka_limits_from_budget(kafka_bytes, &lim);
+        kafka_limits_from_plan(plan, &lim);
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;
@@ -1571,7 +1611,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                  * the transaction it left open. */
                 sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Initialising Kafka transactions",
                            DAEMON_START_EXTEND_US);
-                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, err);
+                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, DAEMON_TXN_INIT_MAX_MS, err);
                 if (r < 0)
                         return r;
                 log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",
@@ -1646,7 +1686,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         sd_event_source_set_enabled(d->hold_timer, SD_EVENT_OFF);
         sd_event_source_set_enabled(d->defer, SD_EVENT_OFF);
         if (sd_watchdog_enabled(0, &d->watchdog_usec) > 0 && d->watchdog_usec > 0) {
-                r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, daemon_now_us(), 0,
+                d->watchdog_next_us = daemon_now_us();
+                r = sd_event_add_time(d->event, &d->watchdog_timer, CLOCK_MONOTONIC, d->watchdog_next_us, 0,
                                       daemon_on_watchdog, d);
                 if (r < 0)
                         return errbuf_set(err, r, "Failed to add the watchdog timer: %s", strerror(-r));

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -63,34 +64,31 @@ struct kafka {
  * always 8 bytes: a counter increment of 1). */
 static const uint64_t kafka_io_payload = 1;
 
-void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
-        /* Half of what is left for the prefetch queue, a quarter for one fetch
-         * response; never below what one float32 record needs. The last
-         * quarter bounds the producer's queue, which librdkafka would
-         * otherwise let grow to 1 GiB whatever the budget, e.g. while the
-         * output topic's leader is away but the input is still read; when it
-         * is full, produce returns QUEUE_FULL and the pipeline holds back.
-         * Its floor, 4 MiB, is above the producer's message.max.bytes
-         * (1,000,000 by default), so that the largest DLQ copy always fits in
-         * an empty queue. */
-        uint64_t q = bytes / 2, f = bytes / 4, p = bytes / 4;
+/* Half of what is left for the prefetch queue, a quarter for one fetch
+ * response; never below what one float32 record needs. The last quarter
+ * bounds the producer's queue, which librdkafka would otherwise let grow to
+ * 1 GiB whatever the budget, e.g. while the output topic's leader is away
+ * but the input is still read; when it is full, produce returns QUEUE_FULL
+ * and the pipeline holds back. Its floor, 4 MiB, is above the producer's
+ * message.max.bytes (1,000,000 by default), so that the largest DLQ copy
+ * always fits in an empty queue. The split is the planner's
+ * (plan_kafka_split), which shows it. */
+static void kafka_limits_set(uint64_t queue, uint64_t fetch, uint64_t producer, kafka_limits_t *ret) {
+        ret->queued_max_kbytes = queue / 1024;
+        ret->fetch_max_bytes = fetch;
+        ret->partition_fetch_max_bytes = fetch;
+        ret->producer_queue_kbytes = producer / 1024;
+}
 
-        if (q < 4ull << 20)
-                q = 4ull << 20;
-        if (q > 1ull << 30)
-                q = 1ull << 30;
-        if (f < 2ull << 20)
-                f = 2ull << 20;
-        if (f > 256ull << 20)
-                f = 256ull << 20;
-        if (p < 4ull << 20)
-                p = 4ull << 20;
-        if (p > 1ull << 30)
-                p = 1ull << 30;
-        ret->queued_max_kbytes = q / 1024;
-        ret->fetch_max_bytes = f;
-        ret->partition_fetch_max_bytes = f;
-        ret->producer_queue_kbytes = p / 1024;
+void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
+        uint64_t q, f, p;
+
+        plan_kafka_split(bytes, 0, &q, &f, &p);
+        kafka_limits_set(q, f, p, ret);
+}
+
+void kafka_limits_from_plan(const plan_t *p, kafka_limits_t *ret) {
+        kafka_limits_set(p->kafka_queue_bytes, p->kafka_fetch_bytes, p->kafka_producer_bytes, ret);
 }
 
 static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, errbuf_t *err) {
@@ -789,21 +787,43 @@ static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err)
         return r;
 }
 
-int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err) {
+int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err) {
+        struct timespec ts;
+        int64_t now_ms, deadline_ms;
         rd_kafka_error_t *e;
+        char last[256];
+        int attempts = 0;
 
         if (!k->transactional)
                 return 0;
+        assert(timeout_ms > 0 && total_ms > 0);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        deadline_ms = now_ms + total_ms;
         for (;;) {
-                e = rd_kafka_init_transactions(k->producer, timeout_ms);
+                int wait_ms = deadline_ms - now_ms < timeout_ms ? (int)(deadline_ms - now_ms) : timeout_ms;
+
+                e = rd_kafka_init_transactions(k->producer, wait_ms);
+                attempts++;
                 if (!e)
                         return 0;
                 /* A coordinator still loading, or a previous incarnation's
-                 * transaction being aborted: retriable. */
+                 * transaction being aborted: retriable, until total_ms. */
                 if (!rd_kafka_error_is_retriable(e) || rd_kafka_error_is_fatal(e))
                         return kafka_txn_error(e, "initialise transactions", err);
-                log_info("Initialising transactions: %s; retrying", rd_kafka_error_string(e));
+                snprintf(last, sizeof(last), "%s", rd_kafka_error_string(e));
                 rd_kafka_error_destroy(e);
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                if (now_ms >= deadline_ms)
+                        return errbuf_set(err, -ETIMEDOUT,
+                                          "Failed to initialise transactions: no transaction coordinator accepted "
+                                          "this producer within %.1f s (%d attempt%s, the last failing with \"%s\"); "
+                                          "check that [kafka] brokers are reachable and that the cluster can host "
+                                          "its transaction state log (transaction.state.log.replication.factor and "
+                                          "min.isr at most its brokers)",
+                                          (double)total_ms / 1000.0, attempts, attempts == 1 ? "" : "s", last);
+                log_info("Initialising transactions: %s; retrying", last);
         }
 }
 

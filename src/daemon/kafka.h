@@ -24,6 +24,7 @@
 #include "daemon/cfg.h"
 #include "daemon/metrics.h"
 #include "core/errbuf.h"
+#include "core/plan.h"
 
 typedef struct kafka kafka_t;
 
@@ -56,10 +57,15 @@ typedef struct kafka_limits {
  * left for them: the floors of kafka_limits_from_budget (4 MiB prefetch,
  * 2 MiB fetch, 4 MiB producer queue). The planner keeps it free of the
  * pinned buffers and the decode contexts. */
-#define KAFKA_LIMITS_MIN_BYTES ((uint64_t)10 << 20)
+#define KAFKA_LIMITS_MIN_BYTES PLAN_KAFKA_MIN_BYTES
 
-/* Derives the limits from the bytes of host memory left for Kafka. */
+/* Derives the limits from the bytes of host memory left for Kafka
+ * (plan_kafka_split, with no hold to keep). */
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret);
+
+/* The limits a plan made (its kafka_* terms: the consumer queue holds the
+ * back-pressure hold's records). */
+void kafka_limits_from_plan(const plan_t *p, kafka_limits_t *ret);
 
 /* Creates both handles from c (brokers, group, [kafka.consumer] and
  * [kafka.producer] applied over our defaults; librdkafka's refusal is the
@@ -168,8 +174,12 @@ bool kafka_transactional(const kafka_t *k);
 bool kafka_txn_is_open(const kafka_t *k);
 
 /* init_transactions (at start-up; fences an earlier incarnation of the same
- * transactional.id and aborts its open transaction). No-op without EOS. */
-int kafka_txn_init(kafka_t *k, int timeout_ms, errbuf_t *err);
+ * transactional.id and aborts its open transaction). No-op without EOS.
+ * A retriable failure (no coordinator yet, a previous incarnation's
+ * transaction still being aborted) is retried, each attempt waiting up to
+ * timeout_ms, until total_ms have passed; then -ETIMEDOUT with a sentence
+ * that says how long, how many attempts and what the last one was told. */
+int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err);
 int kafka_txn_begin(kafka_t *k, errbuf_t *err);
 
 /* Adds offsets (the next offset to read, per input partition) with the

@@ -144,7 +144,8 @@ static void metrics_plan(FILE *f, const plan_t *p) {
          * is total_bytes. arena_kept: after a model swap, the part of the
          * arena allocated at start that its batch does not carve (0
          * otherwise). pinned_host is host memory, outside it: after a swap,
-         * every pinned buffer allocated at start. */
+         * every pinned buffer allocated at start; so is kafka_queue,
+         * librdkafka's consumer queue within the host budget. */
         const struct {
                 const char *term;
                 uint64_t bytes;
@@ -153,11 +154,13 @@ static void metrics_plan(FILE *f, const plan_t *p) {
                 { "workspace", p ? p->engine.workspace_bytes : 0 }, { "staging", p ? p->engine.staging_bytes : 0 },
                 { "context", p ? p->engine.context_bytes : 0 }, { "graphs", p ? p->engine.graph_bytes : 0 },
                 { "arena_kept", p ? p->arena_kept_bytes : 0 }, { "pinned_host", p ? p->pinned_host_bytes : 0 },
+                { "kafka_queue", p ? p->kafka_queue_bytes : 0 },
         };
 
         metrics_head(f, "inferd_plan_bytes", "gauge",
-                     "The memory plan's terms in bytes; every term but pinned_host is on the device (host memory "
-                     "for the CPU engine) and they sum to the plan's total. After a model swap in place the plan "
+                     "The memory plan's terms in bytes; every term but pinned_host and kafka_queue is on the device "
+                     "(host memory for the CPU engine) and they sum to the plan's total; kafka_queue is librdkafka's "
+                     "consumer queue (queued.max.messages.kbytes), sized to hold the back-pressure hold's records. After a model swap in place the plan "
                      "charges what is held since start: arena_kept is the part of the arena allocated at start "
                      "that the new batch does not carve, and pinned_host every pinned buffer allocated at start.");
         if (p)

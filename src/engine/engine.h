@@ -121,6 +121,8 @@ typedef struct engine_options {
         int decode_threads_auto;        /* with decode_threads 0: as many as the host budget allows, up to
                                          * this (plan_decode_fit); both 0: no decoding planned */
         uint64_t host_reserve_bytes;    /* host budget kept free of pinned buffers and decoding (librdkafka) */
+        uint64_t kafka_hold_us;         /* librdkafka's queue holds this long a hold's records (plan_request_t) */
+        int kafka_hold_rate_per_s;      /* at this rate ([batching] max_images_per_s; 0: no cap) */
         uint64_t decode_max_pixels;     /* their image limit ([decode] max_pixels) */
         bool decode_running;            /* decode_threads and decode_max_pixels are the running pool's (a
                                          * model swap in place): see plan_request_t */

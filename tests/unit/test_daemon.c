@@ -12,6 +12,7 @@
 
 #include "core/model.h"
 #include "core/plan.h"
+#include "core/record.h"
 #include "daemon/cfg.h"
 #include "daemon/daemon.h"
 #include "engine/engine.h"
@@ -119,7 +120,7 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
         plan_decode_terms_t t;
         errbuf_t err = {};
         char host[32];
-        uint64_t held, per;
+        uint64_t held, per, kafka_reserve;
 
         CU_ASSERT_EQUAL_FATAL(model_random(&running, 21), 0);
         CU_ASSERT_EQUAL_FATAL(model_random(&next, 22), 0);
@@ -158,14 +159,26 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "is too small for the pinned buffers allocated at start"));
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the 1 decode thread running since start"));
 
-        /* H + 10 MiB: swapped at batch 32, charged exactly H. */
+        /* H + 10 MiB: librdkafka's floors fit, but not the queue for the
+         * back-pressure hold of batch 32 (two batches of float32 records):
+         * a smaller batch, whose queue fits. */
         c->memory.host_budget_bytes = held + 10 * MiB;
+        daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);
+        CU_ASSERT(p.max_batch < 32);
+        CU_ASSERT(p.kafka_queue_bytes >= p.kafka_hold_bytes);
+
+        /* H + that queue and the other floors: swapped at batch 32, charged
+         * exactly H. */
+        kafka_reserve = 64 * (uint64_t)RECORD_MAX_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES;
+        c->memory.host_budget_bytes = held + kafka_reserve;
         daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);
         CU_ASSERT_EQUAL(p.max_batch, 32);
         CU_ASSERT_EQUAL(p.pinned_host_bytes, held);
         CU_ASSERT_EQUAL(p.held_pinned_host_bytes, held);
-        CU_ASSERT_EQUAL(p.host_rest_bytes, 10 * MiB);
+        CU_ASSERT_EQUAL(p.host_rest_bytes, kafka_reserve);
+        CU_ASSERT_EQUAL(p.kafka_hold_records, 64);
 
         /* [memory] max_batch = 2: batch 2 carves a seventh of it, and the
          * plan still charges the whole staging (and the whole arena). */

@@ -72,11 +72,41 @@ static void test_kafka_producer_queue_capped(void) {
         free(value);
 }
 
+/* Exactly-once against a broker that never answers: init_transactions
+ * gives up after its bound, with a sentence saying how long and why,
+ * instead of retrying for ever. */
+static void test_kafka_txn_init_bounded(void) {
+        static const kafka_callbacks_t cb = {};
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        int r;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        c->kafka.delivery = CFG_DELIVERY_EXACTLY_ONCE;
+        kafka_limits_from_budget(0, &l);
+        r = kafka_new(&k, c, &l, &cb, NULL, &err);
+        CU_ASSERT_EQUAL_FATAL(r, 0);
+        CU_ASSERT_FATAL(kafka_transactional(k));
+        /* Attempts of 300 ms within 1 s: a few, then the refusal. */
+        r = kafka_txn_init(k, 300, 1000, &err);
+        CU_ASSERT_EQUAL(r, -ETIMEDOUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Failed to initialise transactions: no transaction coordinator "
+                                              "accepted this producer within 1.0 s ("));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attempts, the last failing with \""));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[kafka] brokers"));
+        kafka_free(k);
+        cfg_free(c);
+}
+
 int test_kafka_register(void) {
         static CU_TestInfo tests[] = {
                 { "limits_within_budget", test_kafka_limits_within_budget },
                 { "limits_floors", test_kafka_limits_floors },
                 { "producer_queue_capped", test_kafka_producer_queue_capped },
+                { "txn_init_bounded", test_kafka_txn_init_bounded },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("kafka", tests);

@@ -67,6 +67,7 @@ static void test_metrics_format_snapshot(void) {
         plan.engine.graph_bytes = 6;
         plan.arena_kept_bytes = 8;
         plan.pinned_host_bytes = 7;
+        plan.kafka_queue_bytes = 11;
         plan.total_bytes = 100 + 20 + 3 + 4 + 5 + 6 + 8;
         plan.budget_bytes = 1000;
         plan.max_batch = 8;
@@ -124,6 +125,7 @@ static void test_metrics_format_snapshot(void) {
                 }
                 CU_ASSERT_EQUAL(sum, plan.total_bytes);
                 CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_plan_bytes{term=\"pinned_host\"} "), 7);
+                CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_plan_bytes{term=\"kafka_queue\"} "), 11);
         }
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_state{state=\"draining\"} "), 1);
         CU_ASSERT_EQUAL(test_metrics_value(text, "inferd_state{state=\"ready\"} "), 0);

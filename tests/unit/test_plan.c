@@ -518,6 +518,89 @@ static void test_plan_swap_charges_held_buffers(void) {
         model_free(m);
 }
 
+/* librdkafka's queue holds the back-pressure hold's records: one full batch
+ * per slot without a cap, the cap's rate over the hold with one; the
+ * reserve that neither the pinned buffers nor decoding may take covers
+ * them, so that a tight host budget lowers the batch instead of the hold
+ * overflowing into memory the plan did not count; a hold past the queue's
+ * largest size is refused naming the key. */
+static void test_plan_kafka_queue_holds_the_hold(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t p, free_plan;
+        char *json = NULL;
+        size_t json_len = 0;
+        FILE *f;
+
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        CU_ASSERT_EQUAL(plan_kafka_hold_records(1000000, 0, 2, 64), 128);
+        CU_ASSERT_EQUAL(plan_kafka_hold_records(1000000, 1000, 2, 64), 1000);
+        CU_ASSERT_EQUAL(plan_kafka_hold_records(500000, 1001, 2, 64), 501);
+        CU_ASSERT_EQUAL(plan_kafka_hold_records(0, 1000, 2, 64), 0);
+
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.max_batch = 64;
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.host_reserve_bytes = PLAN_KAFKA_MIN_BYTES;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &free_plan, &err), 0);
+        CU_ASSERT_EQUAL(free_plan.kafka_hold_records, 0);
+
+        req.kafka_hold_us = 1000000;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 64);
+        CU_ASSERT_EQUAL(p.kafka_hold_records, 128);
+        CU_ASSERT_EQUAL(p.kafka_hold_bytes, 128 * (uint64_t)RECORD_MAX_BYTES);
+        CU_ASSERT(p.kafka_queue_bytes >= p.kafka_hold_bytes);
+        CU_ASSERT(p.kafka_queue_bytes + p.kafka_fetch_bytes + p.kafka_producer_bytes <= p.host_rest_bytes);
+        CU_ASSERT_EQUAL(p.host_reserve_bytes, p.kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES +
+                                                      PLAN_KAFKA_PRODUCER_MIN_BYTES);
+
+        /* A host budget of batch 64's pinned buffers and librdkafka's
+         * floors: without the hold batch 64 fits, with it the batch goes
+         * down until the queue holds two of its batches beside them. */
+        req.host_budget_bytes = free_plan.pinned_host_bytes + PLAN_KAFKA_MIN_BYTES;
+        req.kafka_hold_us = 0;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.max_batch, 64);
+        req.kafka_hold_us = 1000000;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT(p.max_batch < 64 && p.max_batch >= 1);
+        CU_ASSERT_EQUAL(p.limit, PLAN_LIMIT_BUDGET);
+        CU_ASSERT_EQUAL(p.kafka_hold_records, 2 * (uint64_t)p.max_batch);
+        CU_ASSERT(p.kafka_queue_bytes >= p.kafka_hold_bytes);
+        CU_ASSERT(p.pinned_host_bytes + p.kafka_queue_bytes + p.kafka_fetch_bytes + p.kafka_producer_bytes <=
+                  req.host_budget_bytes);
+
+        /* A cap: its second of records. */
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.kafka_hold_rate_per_s = 1000;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.kafka_hold_records, 1000);
+        CU_ASSERT(p.kafka_queue_bytes >= 1000 * (uint64_t)RECORD_MAX_BYTES);
+        f = open_memstream(&json, &json_len);
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT_EQUAL(plan_write_json(&p, f), 0);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"kafka_hold_records\":1000,"));
+        free(json);
+        json = NULL;
+        f = open_memstream(&json, &json_len);
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT_EQUAL(plan_write_text(&p, f), 0);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(json, "consumer queue"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(json, "1.0 s back-pressure hold, 1000 records of up to 588.0 KiB"));
+        free(json);
+
+        /* 5,000 a second: 2.8 GiB, past the queue's 2 GiB. */
+        req.kafka_hold_rate_per_s = 5000;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "librdkafka's consumer queue would have to hold 5000 records"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "lower [batching] max_images_per_s"));
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "liveness_never_overlaps_live_tensors", test_plan_liveness_never_overlaps_live_tensors },
@@ -534,6 +617,7 @@ int test_plan_register(void) {
                 { "decode_charged_to_host_budget", test_plan_decode_charged_to_host_budget },
                 { "decode_running_pool", test_plan_decode_running_pool },
                 { "swap_charges_held_buffers", test_plan_swap_charges_held_buffers },
+                { "kafka_queue_holds_the_hold", test_plan_kafka_queue_holds_the_hold },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);
