@@ -31,7 +31,7 @@ static void test_decode_pool_round_trip(void) {
         uint8_t *jpeg = pool_jpeg(320, 240, &len);
         errbuf_t err;
 
-        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 2, 1000000, 1 << 20, false, N, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 2, 1000000, 1 << 20, false, false, N, &err), 0);
         CU_ASSERT(decode_pool_fd(p) >= 0);
         CU_ASSERT_PTR_NULL(decode_pool_reap(p));
         for (int i = 0; i < N; i++) {
@@ -97,9 +97,9 @@ static void test_decode_pool_rejects_bad_arguments(void) {
         decode_pool_t *p = NULL;
         errbuf_t err;
 
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 0, 1000, 1000, false, 4, &err), -EINVAL);
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 1000, 1000, false, 0, &err), -EINVAL);
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 0, 1000, false, 4, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 0, 1000, 1000, false, false, 4, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 1000, 1000, false, false, 0, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 0, 1000, false, false, 4, &err), -EINVAL);
         decode_pool_free(NULL);
 }
 
