@@ -44,7 +44,7 @@ PREFIX    ?= /usr/local
 VERSION   := $(shell cat VERSION)
 
 PKG_CONFIG ?= pkg-config
-CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng libdeflate
+CORE_PKGS   := jansson openblas libcrypto libturbojpeg spng libdeflate libwebp
 DAEMON_PKGS := rdkafka libsystemd libmicrohttpd libxcrypt
 # Set DEPS_PREFIX to a folder of unpacked .deb files (tools/gpu-check) to build
 # the engine where these Debian packages are not installed.
@@ -52,7 +52,7 @@ ifdef DEPS_PREFIX
 CORE_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-pthread
 CORE_LIBS   := -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/openblas-pthread \
                -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu/openblas-pthread \
-               -ljansson -lopenblas -lcrypto -lturbojpeg -lspng -ldeflate
+               -ljansson -lopenblas -lcrypto -lturbojpeg -lspng -ldeflate -lwebp
 else
 CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(CORE_PKGS) 2>/dev/null)
 CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(CORE_PKGS) 2>/dev/null)
@@ -127,7 +127,7 @@ $(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) 
 # One folder per layer; each uses only the layers listed before it.
 #   src/core     safetensors, model, plan, records, labels, units, errbuf
 #   src/engine   the engine interface, the CPU engine and its ops, the CUDA plan terms
-#   src/decode   JPEG/PNG to 224x224 RGB8 (libjpeg-turbo, libspng, libdeflate) and the resize; uses only src/core
+#   src/decode   JPEG/PNG/WebP to 224x224 RGB8 (libjpeg-turbo, libspng, libdeflate, libwebp) and the resize; uses only src/core
 #   cuda/        the CUDA engine (when nvcc is found)
 #   src/daemon   the loop, pipeline, Kafka, batch, config, log, metrics and its HTTP server
 #   src/cmd      the mains

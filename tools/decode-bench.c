@@ -1,14 +1,17 @@
-/* decode-bench: inferd's JPEG/PNG path (decode, Resize(256), CenterCrop(224)
- * to RGB8) timed on files, for tools/bench-decode.
+/* decode-bench: inferd's JPEG/PNG/WebP path (decode, Resize(256),
+ * CenterCrop(224) to RGB8) timed on files, for tools/bench-decode.
  *
- *   decode-bench [--fast] SECONDS THREADS FILE...
+ *   decode-bench [--fast] [--exif-orientation] SECONDS THREADS FILE...
  *
  * Reads every file into memory first, then runs THREADS threads, each with
  * its own decode context (src/decode, 50 MP / 20 MiB limits, as the
  * daemon's defaults), each decoding the files round-robin (thread t starting
  * at file t) for SECONDS after one warm-up pass. Prints one JSON line:
  * images_per_second (all threads), per_thread, threads, images, seconds.
- * --fast: the contexts in [decode] fast mode (decode_set_fast).
+ * --fast: the contexts in [decode] fast mode (decode_set_fast);
+ * --exif-orientation: turning images by their EXIF orientation
+ * (decode_set_exif_orientation). Each file's format is sniffed from its
+ * bytes (record_identify).
  * A file that does not decode is an error (exit 1) before timing starts.
  * It is a benchmark: it prints figures and passes or fails on none. */
 #include <errno.h>
@@ -40,7 +43,7 @@ typedef struct bench_thread {
 /* Every thread warms up, then all start timing together. */
 static pthread_barrier_t bench_start;
 static double bench_seconds;
-static bool bench_fast;
+static bool bench_fast, bench_exif;
 
 static double bench_now_s(void) {
         struct timespec ts;
@@ -64,6 +67,7 @@ static void *bench_run(void *arg) {
                 return NULL;
         }
         decode_set_fast(d, bench_fast);
+        decode_set_exif_orientation(d, bench_exif);
         for (int i = 0; i < t->n_files; i++)    /* warm-up: page in the buffers and the libraries */
                 if (decode_record(d, t->files[i].data, t->files[i].len, t->files[i].format, out, NULL, &code, &err) < 0) {
                         fprintf(stderr, "decode-bench: file %d: %s [%s]\n", i, err.msg, code);
@@ -94,14 +98,18 @@ int main(int argc, char **argv) {
         double seconds, total = 0, longest = 0;
         long images = 0;
         int n_threads, n_files, bad = 0;
+        const char *code;
 
-        if (argc > 1 && strcmp(argv[1], "--fast") == 0) {
-                bench_fast = true;
+        while (argc > 1 && (strcmp(argv[1], "--fast") == 0 || strcmp(argv[1], "--exif-orientation") == 0)) {
+                if (strcmp(argv[1], "--fast") == 0)
+                        bench_fast = true;
+                else
+                        bench_exif = true;
                 argv++;
                 argc--;
         }
         if (argc < 4 || (seconds = atof(argv[1])) <= 0 || (n_threads = atoi(argv[2])) < 1 || n_threads > 256) {
-                fprintf(stderr, "usage: decode-bench [--fast] SECONDS THREADS FILE...\n");
+                fprintf(stderr, "usage: decode-bench [--fast] [--exif-orientation] SECONDS THREADS FILE...\n");
                 return 2;
         }
         n_files = argc - 3;
@@ -118,7 +126,11 @@ int main(int argc, char **argv) {
                 files[i].data = malloc((size_t)size);
                 files[i].len = fread(files[i].data, 1, (size_t)size, f);
                 fclose(f);
-                files[i].format = files[i].len > 2 && files[i].data[0] == 0xff ? RECORD_JPEG : RECORD_PNG;
+                if (record_identify(files[i].data, files[i].len, NULL, 0, &files[i].format, &code, NULL) < 0 ||
+                    !record_is_encoded(files[i].format)) {
+                        fprintf(stderr, "decode-bench: %s: not a JPEG, PNG or WebP\n", argv[3 + i]);
+                        return 1;
+                }
         }
         bench_seconds = seconds;
         pthread_barrier_init(&bench_start, NULL, (unsigned)n_threads);

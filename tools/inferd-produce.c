@@ -1,20 +1,22 @@
 /* inferd-produce: a load producer for the daemon's tests, demo and benchmarks.
  *
  *   inferd-produce -b BROKERS -t TOPIC [--count N] [--rate PER_S]
- *                  [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]
+ *                  [--format rgb8|f32|mixed|jpeg|png|webp] [--images DIR] [--bad-fraction F]
  *                  [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
  *                  [--age-ms MS] [--trace]
  *
  * It produces N records of the raw input formats (src/core/record.h), or of
- * JPEG or PNG (the files of --images DIR in name order, cycled, or images
- * generated with TurboJPEG / libspng from the tiles payload), with keys
+ * JPEG, PNG or WebP (the files of --images DIR in name order, cycled, or
+ * images generated with TurboJPEG / libspng / libwebp from the tiles
+ * payload), with keys
  * PREFIX-<i>, a correlation-id header, and a header inferd-test-expect naming
  * the outcome the daemon must reach: "ok", or the DLQ code of a deliberately
  * bad record (bad-size, bad-content-type, decode-failed, too-large). Exactly
  * floor(N * F) records are bad, spread evenly and cycling through the four
- * kinds; with jpeg or png, a too-large record is a bomb header (a JPEG or
- * PNG claiming 60000x60000 pixels) and a decode-failed one random bytes
+ * kinds; with jpeg, png or webp, a too-large record is a bomb header (a JPEG
+ * or PNG claiming 60000x60000 pixels, a lossless WebP 16384x16384: its
+ * largest) and a decode-failed one random bytes
  * after the format's magic. The values are a pure function of (seed, i), so a run can be
  * repeated. The default payload ("tiles", 16x16 blocks of one colour) and
  * zstd compression keep records small in a broker's log: librdkafka's mock
@@ -46,6 +48,7 @@
 #include <librdkafka/rdkafka.h>
 #include <spng.h>
 #include <turbojpeg.h>
+#include <webp/encode.h>
 
 #include "core/record.h"
 #include "daemon/cfg.h"
@@ -65,7 +68,20 @@ static const char *const kind_names[KIND_COUNT] = {
 };
 
 typedef enum produce_choice { CHOICE_NO, CHOICE_YES, CHOICE_MIXED } produce_choice_t;
-typedef enum produce_format { FORMAT_RGB8, FORMAT_F32, FORMAT_MIXED, FORMAT_JPEG, FORMAT_PNG } produce_format_t;
+typedef enum produce_format { FORMAT_RGB8, FORMAT_F32, FORMAT_MIXED, FORMAT_JPEG, FORMAT_PNG, FORMAT_WEBP } produce_format_t;
+
+/* The encoded formats: their record format, content-type, name and magic. */
+static bool format_encoded(produce_format_t f) {
+        return f == FORMAT_JPEG || f == FORMAT_PNG || f == FORMAT_WEBP;
+}
+
+static record_format_t format_record(produce_format_t f) {
+        return f == FORMAT_JPEG ? RECORD_JPEG : f == FORMAT_PNG ? RECORD_PNG : RECORD_WEBP;
+}
+
+static const char *format_name(produce_format_t f) {
+        return f == FORMAT_JPEG ? "JPEG" : f == FORMAT_PNG ? "PNG" : "WebP";
+}
 
 /* The files of --images DIR, read once. */
 typedef struct produce_images {
@@ -91,7 +107,7 @@ typedef struct produce_opts {
         uint64_t seed;
         produce_choice_t content_type;
         int timeout_s;                  /* for the final flush */
-        const char *images_dir;         /* --images: files to send (jpeg/png) */
+        const char *images_dir;         /* --images: files to send (jpeg/png/webp) */
         bool have_age;                  /* --age-ms given: set the timestamps */
         long age_ms;                    /* the records' age at produce time; < 0: in the future */
         bool trace;                     /* --trace: traceparent and tracestate headers */
@@ -100,7 +116,7 @@ typedef struct produce_opts {
 
 typedef struct produce_stats {
         long kind[KIND_COUNT];
-        long rgb8, f32, jpeg, png;      /* good records by format */
+        long rgb8, f32, jpeg, png, webp; /* good records by format */
         long with_content_type;
         long delivered, failed;
         uint64_t bytes;
@@ -177,7 +193,7 @@ static void fill_f32_tiles(float *p /* (3, 224, 224) CHW */, uint64_t *s) {
                                 p[((size_t)c * 224 + y) * 224 + x] = value[c][y / TILE][x / TILE];
 }
 
-/* A generated JPEG or PNG of the tiles payload, of a size between 160 and
+/* A generated JPEG, PNG or WebP (lossy) of the tiles payload, of a size between 160 and
  * 640 on each side (so both down- and upscaled by Resize(256)), into buf;
  * returns its length, or 0 when the library fails. */
 static size_t make_encoded(produce_format_t fmt, uint64_t *s, uint8_t *buf, size_t cap) {
@@ -204,6 +220,15 @@ static size_t make_encoded(produce_format_t fmt, uint64_t *s, uint8_t *buf, size
                         len = n;
                 if (t)
                         tjDestroy(t);
+        } else if (fmt == FORMAT_WEBP) {
+                uint8_t *out = NULL;
+                size_t n = WebPEncodeRGB(px, w, h, w * 3, 90, &out);
+
+                if (n > 0 && n <= cap) {
+                        memcpy(buf, out, n);
+                        len = n;
+                }
+                WebPFree(out);
         } else {
                 struct spng_ihdr ihdr = { .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
                                           .color_type = SPNG_COLOR_TYPE_TRUECOLOR };
@@ -244,11 +269,21 @@ static size_t make_bomb(produce_format_t fmt, uint8_t *buf) {
                 0x00, 0x00, 0xea, 0x60, 0x00, 0x00, 0xea, 0x60,         /* 60000 x 60000 */
                 0x08, 0x02, 0x00, 0x00, 0x00,                           /* 8-bit RGB */
         };
+        /* RIFF, WEBP, a VP8L chunk: signature 0x2f, then 14 bits each of
+         * width - 1 and height - 1 (16383: 16384 x 16384), no alpha, version 0. */
+        static const uint8_t webp[] = {
+                'R', 'I', 'F', 'F', 24, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', 'L', 12, 0, 0, 0,
+                0x2f, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0, 0, 0, 0, 0,
+        };
         uint32_t crc = 0xffffffffu;
 
         if (fmt == FORMAT_JPEG) {
                 memcpy(buf, jpeg, sizeof(jpeg));
                 return sizeof(jpeg);
+        }
+        if (fmt == FORMAT_WEBP) {
+                memcpy(buf, webp, sizeof(webp));
+                return sizeof(webp);
         }
         memcpy(buf, png, sizeof(png));
         /* The IHDR's CRC (over its type and data), so that only the size is wrong. */
@@ -269,7 +304,6 @@ static int name_cmp(const void *a, const void *b) {
 
 /* Reads the files of dir whose signature is the format's, in name order. */
 static int load_images(produce_opts_t *o) {
-        static const uint8_t jpeg_magic[3] = { 0xff, 0xd8, 0xff }, png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
         static uint8_t rgb8[RECORD_RGB8_BYTES];
         decode_t *dec = NULL;
         DIR *d = opendir(o->images_dir);
@@ -299,6 +333,7 @@ static int load_images(produce_opts_t *o) {
         for (size_t i = 0; i < n; i++) {
                 char path[PATH_MAX];
                 const char *code;
+                record_format_t got;
                 uint8_t *p;
                 FILE *f;
                 long size;
@@ -312,9 +347,9 @@ static int load_images(produce_opts_t *o) {
                         continue;       /* not a file, or not an image's size: skipped */
                 }
                 p = malloc((size_t)size);
+                code = NULL;
                 if (fread(p, 1, (size_t)size, f) != (size_t)size ||
-                    memcmp(p, o->format == FORMAT_JPEG ? jpeg_magic : png_magic,
-                           o->format == FORMAT_JPEG ? sizeof(jpeg_magic) : sizeof(png_magic)) != 0) {
+                    record_identify(p, (size_t)size, NULL, 0, &got, &code, NULL) < 0 || got != format_record(o->format)) {
                         free(p);
                         fclose(f);
                         continue;
@@ -323,8 +358,7 @@ static int load_images(produce_opts_t *o) {
                 /* The expectation is the decoder's verdict on the file. */
                 code = NULL;
                 o->images.kind[o->images.n] = KIND_OK;
-                if (decode_record(dec, p, (size_t)size, o->format == FORMAT_JPEG ? RECORD_JPEG : RECORD_PNG, rgb8,
-                                  NULL, &code, NULL) < 0)
+                if (decode_record(dec, p, (size_t)size, format_record(o->format), rgb8, NULL, &code, NULL) < 0)
                         for (int k = 1; k < KIND_COUNT; k++)
                                 if (code && strcmp(code, kind_names[k]) == 0)
                                         o->images.kind[o->images.n] = k;
@@ -336,8 +370,7 @@ static int load_images(produce_opts_t *o) {
         free(names);
         decode_free(dec);
         if (o->images.n == 0) {
-                fprintf(stderr, "inferd-produce: %s holds no %s files\n", o->images_dir,
-                        o->format == FORMAT_JPEG ? "JPEG" : "PNG");
+                fprintf(stderr, "inferd-produce: %s holds no %s files\n", o->images_dir, format_name(o->format));
                 r = -ENOENT;
         }
         return r;
@@ -368,11 +401,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *opa
 static void usage(FILE *f) {
         fprintf(f,
                 "usage: inferd-produce [-c FILE] -b BROKERS -t TOPIC [--count N] [--rate PER_S]\n"
-                "                      [--format rgb8|f32|mixed|jpeg|png] [--images DIR] [--bad-fraction F]\n"
+                "                      [--format rgb8|f32|mixed|jpeg|png|webp] [--images DIR] [--bad-fraction F]\n"
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
                 "                      [--age-ms MS] [--trace]\n"
-                "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG: the files of\n"
+                "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG/WebP: the files of\n"
                 "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
                 "prints a JSON summary. Defaults: --count 100, --format rgb8, --keys rec, --seed 1,\n"
@@ -431,17 +464,19 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
                 fmt = (next64(&s) & 2) ? FORMAT_F32 : FORMAT_RGB8;
         switch (kind) {
         case KIND_OK:
-                if (fmt == FORMAT_JPEG || fmt == FORMAT_PNG) {
+                if (format_encoded(fmt)) {
                         if (o->images.n) {
                                 len = o->images.len[i % o->images.n];
                                 memcpy(buf, o->images.data[i % o->images.n], len);
                         } else
                                 len = make_encoded(fmt, &s, buf, PRODUCE_IMAGE_MAX_BYTES);
-                        *ct = header ? (fmt == FORMAT_JPEG ? "image/jpeg" : "image/png") : NULL;
+                        *ct = header ? record_format_mime(format_record(fmt)) : NULL;
                         if (fmt == FORMAT_JPEG)
                                 st->jpeg++;
-                        else
+                        else if (fmt == FORMAT_PNG)
                                 st->png++;
+                        else
+                                st->webp++;
                 } else if (fmt == FORMAT_RGB8) {
                         len = RECORD_RGB8_BYTES;
                         if (o->payload == PAYLOAD_TILES)
@@ -494,13 +529,16 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
 
                         memcpy(buf, magic, sizeof(magic));
                         *ct = header ? "image/png" : NULL;
+                } else if (fmt == FORMAT_WEBP) {
+                        memcpy(buf, "RIFF\0\0\0\0WEBPVP8 ", 16);
+                        *ct = header ? "image/webp" : NULL;
                 }
                 break;
         }
         case KIND_TOO_LARGE:
-                if (fmt == FORMAT_JPEG || fmt == FORMAT_PNG) {
+                if (format_encoded(fmt)) {
                         len = make_bomb(fmt, buf);
-                        *ct = header ? (fmt == FORMAT_JPEG ? "image/jpeg" : "image/png") : NULL;
+                        *ct = header ? record_format_mime(format_record(fmt)) : NULL;
                         break;
                 }
                 len = RECORD_MAX_BYTES + 1 + next64(&s) % 65536;
@@ -637,6 +675,8 @@ int main(int argc, char **argv) {
                                 o.format = FORMAT_JPEG;
                         else if (strcmp(optarg, "png") == 0)
                                 o.format = FORMAT_PNG;
+                        else if (strcmp(optarg, "webp") == 0)
+                                o.format = FORMAT_WEBP;
                         else
                                 goto bad_arg;
                         break;
@@ -721,8 +761,8 @@ int main(int argc, char **argv) {
                 rd_kafka_conf_destroy(conf);
                 return 2;
         }
-        if (o.images_dir && o.format != FORMAT_JPEG && o.format != FORMAT_PNG) {
-                fprintf(stderr, "inferd-produce: --images goes with --format jpeg or png\n");
+        if (o.images_dir && !format_encoded(o.format)) {
+                fprintf(stderr, "inferd-produce: --images goes with --format jpeg, png or webp\n");
                 rd_kafka_conf_destroy(conf);
                 return 2;
         }
@@ -770,8 +810,10 @@ int main(int argc, char **argv) {
                         kind = (produce_kind_t)o.images.kind[i % o.images.n];
                         if (o.format == FORMAT_JPEG)
                                 st.jpeg--;
-                        else
+                        else if (o.format == FORMAT_PNG)
                                 st.png--;
+                        else
+                                st.webp--;
                 }
                 if (len == 0) {
                         fprintf(stderr, "inferd-produce: cannot encode record %ld\n", i);
@@ -789,11 +831,11 @@ int main(int argc, char **argv) {
 
         printf("{\"topic\":\"%s\",\"records\":%ld,\"delivered\":%ld,\"failed\":%ld,\"undelivered\":%d,"
                "\"ok\":%ld,\"bad-size\":%ld,\"bad-content-type\":%ld,\"decode-failed\":%ld,\"too-large\":%ld,"
-               "\"rgb8\":%ld,\"f32\":%ld,\"jpeg\":%ld,\"png\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
+               "\"rgb8\":%ld,\"f32\":%ld,\"jpeg\":%ld,\"png\":%ld,\"webp\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
                "\"records_per_second\":%.1f}\n",
                o.topic, o.count, st.delivered, st.failed, left, st.kind[KIND_OK], st.kind[KIND_BAD_SIZE],
                st.kind[KIND_BAD_CONTENT_TYPE], st.kind[KIND_DECODE_FAILED], st.kind[KIND_TOO_LARGE], st.rgb8, st.f32,
-               st.jpeg, st.png,
+               st.jpeg, st.png, st.webp,
                st.with_content_type, st.bytes, secs, secs > 0 ? (double)st.delivered / secs : 0.0);
         fflush(stdout);
         if (st.failed)

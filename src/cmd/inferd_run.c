@@ -44,6 +44,7 @@ typedef struct run_args {
         uint64_t max_pixels;    /* --max-pixels, as [decode] max_pixels */
         uint64_t max_bytes;     /* --max-bytes, as [decode] max_bytes */
         bool decode_fast;       /* --decode-fast, as [decode] fast = yes */
+        bool exif_orientation;  /* --exif-orientation, as [decode] exif_orientation = yes */
         int json;
         double bench_seconds;
         int batch;              /* 0: the default for the mode */
@@ -56,12 +57,12 @@ static void run_usage(FILE *out) {
         fputs("usage:\n"
               "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
               "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
-              "             [--decode-fast] INPUT...\n"
+              "             [--decode-fast] [--exif-orientation[=yes|no]] INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
               "             [--precision P] [--backend B] [--batch N] [--weights FILE]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
               "\n"
-              "INPUT is a JPEG or PNG file (decoded, resized to 256 on the shorter side and\n"
+              "INPUT is a JPEG, PNG or WebP file (decoded, resized to 256 on the shorter side and\n"
               "centre-cropped to 224, as torchvision's eval transform), or a raw record: 150528\n"
               "bytes of RGB8 224x224x3 (HWC), or 602112 bytes of float32 3x224x224 (CHW,\n"
               "little-endian, normalised). One JSON prediction line is printed per input, in\n"
@@ -70,7 +71,10 @@ static void run_usage(FILE *out) {
               "--rgb8 writes the N x 224x224x3 uint8 records as fed to the engine (not for\n"
               "float32 inputs). --max-pixels (default 50000000) and --max-bytes\n"
               "(default 20MiB) limit encoded images, as [decode] does in the daemon; --decode-fast\n"
-              "decodes large JPEGs reduced in the DCT domain, as [decode] fast = yes.\n"
+              "decodes large JPEGs reduced in the DCT domain, as [decode] fast = yes;\n"
+              "--exif-orientation turns each image as its EXIF orientation tag says before the\n"
+              "resize (as PIL's ImageOps.exif_transpose), as [decode] exif_orientation = yes\n"
+              "(off by default, as torchvision ignores the tag).\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
               "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
               "--version.\n",
@@ -94,7 +98,8 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
 /* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
         enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_VERSION };
+               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_EXIF_ORIENTATION,
+               OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -115,6 +120,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "max-pixels", required_argument, NULL, OPT_MAX_PIXELS },
                 { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
                 { "decode-fast", no_argument, NULL, OPT_DECODE_FAST },
+                { "exif-orientation", optional_argument, NULL, OPT_EXIF_ORIENTATION },
                 { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -213,6 +219,16 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 }
                 case OPT_DECODE_FAST:
                         a->decode_fast = true;
+                        break;
+                case OPT_EXIF_ORIENTATION:
+                        if (!optarg || strcmp(optarg, "yes") == 0)
+                                a->exif_orientation = true;
+                        else if (strcmp(optarg, "no") == 0)
+                                a->exif_orientation = false;
+                        else {
+                                fprintf(stderr, "inferd-run: --exif-orientation: '%s' is neither yes nor no\n", optarg);
+                                return -EINVAL;
+                        }
                         break;
                 case OPT_MAX_BYTES:
                         if (units_parse_size(optarg, &a->max_bytes) < 0 || a->max_bytes == 0) {
@@ -316,7 +332,7 @@ static int run_read_input(const char *path, unsigned char *buf, size_t cap, size
 
 /* Loads the input at path as record pos of slot: its format from its size
  * and first bytes; a raw record's bytes go into the place the slot packs it
- * at, a JPEG or PNG is read into the decoder's input buffer and decoded into
+ * at, a JPEG, PNG or WebP is read into the decoder's input buffer and decoded into
  * an RGB8 place. With --rgb8, the record as fed is appended to rgb8_out. */
 static int run_pack(engine_t *e, decode_t *dec, int slot, int pos, const char *path, FILE *rgb8_out,
                     const char *rgb8_path) {
@@ -477,6 +493,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                 return r;
         }
         decode_set_fast(dec, a->decode_fast);
+        decode_set_exif_orientation(dec, a->exif_orientation);
         if (a->logits) {
                 logits_out = fopen(a->logits, "we");
                 if (!logits_out) {

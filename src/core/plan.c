@@ -158,7 +158,13 @@ int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_ter
          * sample, up to 4 full-resolution components, MCU padding on the
          * edges); libspng's rows and zlib's window, libdeflate's decompressor
          * (a plain PNG's image data is inflated into the pixel buffer itself),
-         * libjpeg's row buffers and tables fit well within the fixed part. */
+         * libjpeg's row buffers and tables fit well within the fixed part.
+         * libwebp decodes into the pixel buffer (RGB, 3 bytes a pixel) and
+         * holds at most a lossless image's ARGB pixels (4 bytes a pixel, plus
+         * 32 rows of cache) and, with alpha, an alpha plane and its lossless
+         * decoder's bytes (2 bytes a pixel): 6 of the 8 bytes a pixel, its
+         * rows within the per-side part; a lossy image's own buffers are a
+         * few rows (the per-side part). */
         t->library_bytes = 8 * max_pixels + 8 * 32 * 2 * (uint64_t)(PLAN_DECODE_MAX_SIDE + 1) + ((uint64_t)16 << 20);
         return 0;
 }
@@ -626,7 +632,7 @@ int plan_write_text(const plan_t *p, FILE *out) {
                         fprintf(out, "  %-22s %12s  (%llu bytes)\n", "  encoded input",
                                 units_format_size(p->decode.input_bytes, a, sizeof(a)),
                                 (unsigned long long)p->decode.input_bytes);
-                fprintf(out, "  %-22s %12s  (%llu bytes, allocated by libjpeg/libspng per image; a bound)\n",
+                fprintf(out, "  %-22s %12s  (%llu bytes, allocated by libjpeg/libspng/libwebp per image; a bound)\n",
                         "  library, at most", units_format_size(p->decode.library_bytes, a, sizeof(a)),
                         (unsigned long long)p->decode.library_bytes);
                 fprintf(out, "  %-22s %12s  (all contexts) of the host budget\n", "decode total",

@@ -15,6 +15,7 @@ static const struct {
         { RECORD_F32_CHW, "application/x-float32-chw" },
         { RECORD_JPEG, "image/jpeg" },
         { RECORD_PNG, "image/png" },
+        { RECORD_WEBP, "image/webp" },
 };
 
 const char *record_format_mime(record_format_t f) {
@@ -47,6 +48,9 @@ static record_format_t record_sniff(const unsigned char *p, size_t len) {
                 return RECORD_JPEG;
         if (len >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
                 return RECORD_PNG;
+        /* RIFF, the file's length less 8 (not checked: the decoder reads it), WEBP. */
+        if (len >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0)
+                return RECORD_WEBP;
         if (len == RECORD_RGB8_BYTES)
                 return RECORD_RGB8;
         if (len == RECORD_F32_CHW_BYTES)
@@ -59,7 +63,7 @@ static size_t record_expected_bytes(record_format_t f) {
 }
 
 int record_is_encoded(record_format_t f) {
-        return f == RECORD_JPEG || f == RECORD_PNG;
+        return f == RECORD_JPEG || f == RECORD_PNG || f == RECORD_WEBP;
 }
 
 int record_identify(const void *data, size_t len, const char *ct, size_t ct_len, record_format_t *ret,
@@ -72,7 +76,7 @@ int record_identify(const void *data, size_t len, const char *ct, size_t ct_len,
                         *code = RECORD_ERR_BAD_CONTENT_TYPE;
                         return errbuf_set(err, -EINVAL,
                                           "content-type '%.*s' is not one of image/x-rgb8, "
-                                          "application/x-float32-chw, image/jpeg, image/png",
+                                          "application/x-float32-chw, image/jpeg, image/png, image/webp",
                                           (int)(ct_len > 64 ? 64 : ct_len), ct);
                 }
         } else {

@@ -3,7 +3,7 @@
  * A record is one image: raw RGB8 (224x224x3 uint8, HWC) or float32 CHW
  * (3x224x224, little-endian, already normalised). Its type comes from a
  * content-type header when there is one, otherwise from the bytes (magic
- * numbers, exact length). Encoded images (JPEG, PNG) are recognised here and
+ * numbers, exact length). Encoded images (JPEG, PNG, WebP) are recognised here and
  * decoded by src/decode into an RGB8 record. Nothing here decodes or touches
  * an engine: the engines' preprocessing turns a record into activations. */
 #ifndef INFERD_RECORD_H
@@ -24,6 +24,7 @@ typedef enum record_format {
         RECORD_F32_CHW = 2,     /* application/x-float32-chw */
         RECORD_JPEG = 3,        /* image/jpeg: decoded by src/decode */
         RECORD_PNG = 4,         /* image/png: decoded by src/decode */
+        RECORD_WEBP = 5,        /* image/webp: decoded by src/decode */
 } record_format_t;
 
 /* The short DLQ code of a refused record (the design's inferd-error header). */
@@ -44,19 +45,19 @@ const char *record_format_mime(record_format_t f);
 record_format_t record_format_from_mime(const char *content_type, size_t len);
 
 /* Decides the format of a record: RECORD_RGB8 or RECORD_F32_CHW of exactly
- * their size, or RECORD_JPEG / RECORD_PNG of any length (their limits are
+ * their size, or RECORD_JPEG / RECORD_PNG / RECORD_WEBP of any length (their limits are
  * the decoder's). Refusals are as for record_classify. */
 int record_identify(const void *data, size_t len, const char *content_type, size_t content_type_len,
                     record_format_t *ret, const char **code, errbuf_t *err);
 
-/* True for the formats that need decoding (JPEG, PNG). */
+/* True for the formats that need decoding (JPEG, PNG, WebP). */
 int record_is_encoded(record_format_t f);
 
 /* Decides the format of a record and checks that it can be run as it is,
  * for a caller without a decoder (the daemon, until its decode pool).
  * content_type may be NULL (sniff from the bytes). Returns the runnable format
  * (RECORD_RGB8 or RECORD_F32_CHW), or -EINVAL with *code set to one of the
- * RECORD_ERR_* codes and a sentence in err. Only the first 8 bytes of data
+ * RECORD_ERR_* codes and a sentence in err. Only the first 12 bytes of data
  * are ever read (the signatures), so a caller may pass just a file's head
  * with its full length. */
 int record_classify(const void *data, size_t len, const char *content_type, size_t content_type_len,

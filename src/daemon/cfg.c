@@ -142,13 +142,15 @@ static const cfg_key_t cfg_keys[] = {
           "load balancers and kubelets (they tell only whether the daemon is alive and ready, and why not)." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
-          "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
+          "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
         { "decode", "max_pixels", CFG_T_INT, "50000000", 1, 2147483647, false, false, F(decode.max_pixels),
           "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding. Sizes the decode threads' buffers at start; a model swap's plan charges them as made." },
         { "decode", "max_bytes", CFG_T_SIZE, "20MiB", 1 * KiB, 1 * GiB, false, false, F(decode.max_bytes),
-          "Largest encoded (JPEG/PNG) record accepted; more is refused as too-large." },
+          "Largest encoded (JPEG/PNG/WebP) record accepted; more is refused as too-large." },
         { "decode", "fast", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.fast),
           "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in README.md); smaller JPEGs and PNGs are unaffected." },
+        { "decode", "exif_orientation", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.exif_orientation),
+          "Turn each JPEG, PNG or WebP as its EXIF orientation tag says (the eight orientations: flips and quarter turns) before the resize, as PIL's ImageOps.exif_transpose does, so that a phone's portrait photograph is classified upright. no (the default) ignores the tag, as torchvision does: the records are then identical to torchvision's. An EXIF block that cannot be read is ignored (the image is decoded as stored)." },
 };
 
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))

@@ -134,6 +134,7 @@ typedef struct cfg {
                 int max_pixels;         /* 1..2^31-1 */
                 uint64_t max_bytes;     /* 1KiB..1GiB */
                 bool fast;              /* DCT-domain reduction and fast upsampling for JPEG (decode_set_fast) */
+                bool exif_orientation;  /* turn images as their EXIF says (decode_set_exif_orientation) */
         } decode;
 } cfg_t;
 

@@ -1620,10 +1620,11 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         }
         /* The decode contexts the plan counted, one job per slot position. */
         r = decode_pool_new(&d->decode, plan->decode_threads, plan->decode_max_pixels, d->cfg->decode.max_bytes,
-                            d->cfg->decode.fast, (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
+                            d->cfg->decode.fast, d->cfg->decode.exif_orientation,
+                            (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
         if (r < 0)
                 return errbuf_prefix(err, r, "Failed to start the decode threads");
-        log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s; their buffers %s of the host budget",
+        log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s%s; their buffers %s of the host budget",
                  plan->decode_threads,
                  plan->decode_threads == 1 ? "" : "s",
                  plan->decode_limit == PLAN_DECODE_LIMIT_THREADS ? "[decode] threads"
@@ -1631,6 +1632,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                                                                  : "half the host budget left by the pinned buffers",
                  d->cfg->decode.max_pixels, units_format_size(d->cfg->decode.max_bytes, size, sizeof(size)),
                  d->cfg->decode.fast ? ", fast JPEG mode ([decode] fast = yes: not identical to torchvision)" : "",
+                 d->cfg->decode.exif_orientation ? ", turned by their EXIF orientation ([decode] exif_orientation = yes)"
+                                                 : "",
                  units_format_size(plan->decode_host_bytes, host, sizeof(host)));
 
         /* The pipeline borrows what it is given here (the topic strings and

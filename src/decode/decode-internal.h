@@ -1,5 +1,6 @@
-/* decode-internal: what decode.c shares with its two format readers
- * (decode_jpeg.c, decode_png.c). Not a public interface. */
+/* decode-internal: what decode.c shares with its format readers
+ * (decode_jpeg.c, decode_png.c, decode_webp.c) and the EXIF reader
+ * (decode_exif.c). Not a public interface. */
 #ifndef INFERD_DECODE_INTERNAL_H
 #define INFERD_DECODE_INTERNAL_H
 
@@ -16,6 +17,7 @@ struct decode {
         bool fast;                      /* [decode] fast: DCT-domain reduction and fast upsampling for JPEG */
         void *inflater;                 /* a libdeflate decompressor for png_idat.c, made once */
         bool png_own_idat;              /* png_idat.c may decode plain PNGs (on unless a test turns it off) */
+        bool exif_orientation;          /* [decode] exif_orientation: turn the image as its EXIF says */
         resize_scratch_t scratch;       /* carved from one block of terms.resize_bytes */
         void *scratch_block;
 };
@@ -35,6 +37,13 @@ int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *inf
                 const char **code, errbuf_t *err);
 int decode_png(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
                const char **code, errbuf_t *err);
+int decode_webp(decode_t *d, const uint8_t *data, size_t len, decode_info_t *info, decode_image_t *img,
+                const char **code, errbuf_t *err);
+
+/* The orientation of an EXIF block (a TIFF header and its first IFD,
+ * optionally after "Exif\0\0"): 1..8, 1 when it has none or cannot be read.
+ * See decode_exif.c. */
+int decode_exif_orientation(const uint8_t *exif, size_t len);
 
 /* The image data of a plain PNG (8-bit, not interlaced; in_ch 1 to 4
  * samples a pixel) into d->pixels as out_ch (1 or 3) channels, alpha

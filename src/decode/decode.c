@@ -1,8 +1,10 @@
 /* decode: the context (its buffers, made once) and the path from an encoded
- * record to 224x224 RGB8. See decode.h. The formats are in decode_jpeg.c
- * and decode_png.c, the geometry in resize.c. */
+ * record to 224x224 RGB8. See decode.h. The formats are in decode_jpeg.c,
+ * decode_png.c and decode_webp.c, the EXIF orientation's reader in
+ * decode_exif.c, the geometry in resize.c. */
 #include "decode/decode.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <libdeflate.h>
 #include <stdlib.h>
@@ -103,6 +105,10 @@ void decode_set_fast(decode_t *d, bool fast) {
         d->fast = fast;
 }
 
+void decode_set_exif_orientation(decode_t *d, bool on) {
+        d->exif_orientation = on;
+}
+
 void decode_set_png_own_idat(decode_t *d, bool on) {
         d->png_own_idat = on;
 }
@@ -135,6 +141,38 @@ int decode_check_geometry(const decode_t *d, const char *what, uint32_t w, uint3
         return 0;
 }
 
+/* The decoded image (img, in d->pixels) turned by EXIF orientation o
+ * (1..8, as PIL's ImageOps.exif_transpose turns it) and resized: the turn
+ * is an origin and two steps through the stored pixels (resize_crop_steps),
+ * so no pixel moves and no buffer is needed. */
+static int decode_resize_oriented(decode_t *d, const decode_image_t *img, int o, uint8_t *out, errbuf_t *err) {
+        const ptrdiff_t px = img->channels, row = (ptrdiff_t)img->width * img->channels;
+        const ptrdiff_t last_x = ((ptrdiff_t)img->width - 1) * px, last_y = ((ptrdiff_t)img->height - 1) * row;
+        /* Per orientation: where the turned image's top-left pixel is, and
+         * the steps to its right and downwards neighbours. 2..4 are flips
+         * (FLIP_LEFT_RIGHT, ROTATE_180, FLIP_TOP_BOTTOM); 5..8 swap the axes
+         * (TRANSPOSE, ROTATE_270, TRANSVERSE, ROTATE_90). */
+        const struct {
+                ptrdiff_t origin, step_x, step_y;
+        } v[9] = {
+                [1] = { 0, px, row },
+                [2] = { last_x, -px, row },
+                [3] = { last_x + last_y, -px, -row },
+                [4] = { last_y, px, -row },
+                [5] = { 0, row, px },
+                [6] = { last_y, -row, px },
+                [7] = { last_x + last_y, -row, -px },
+                [8] = { last_x, row, -px },
+        };
+        bool swap = o >= 5;
+
+        assert(o >= 1 && o <= 8);
+        return resize_crop_steps(d->pixels + v[o].origin, swap ? img->height : img->width,
+                                 swap ? img->width : img->height, v[o].step_x, v[o].step_y, img->channels,
+                                 swap ? img->full_height : img->full_width, swap ? img->full_width : img->full_height,
+                                 img->num, img->denom, &d->scratch, out, err);
+}
+
 int decode_record(decode_t *d, const void *data, size_t len, record_format_t f, uint8_t *out, decode_info_t *info,
                   const char **code, errbuf_t *err) {
         decode_info_t local;
@@ -160,14 +198,16 @@ int decode_record(decode_t *d, const void *data, size_t len, record_format_t f, 
                 r = decode_jpeg(d, data, len, info, &img, code, err);
         else if (f == RECORD_PNG)
                 r = decode_png(d, data, len, info, &img, code, err);
+        else if (f == RECORD_WEBP)
+                r = decode_webp(d, data, len, info, &img, code, err);
         else {
                 *code = RECORD_ERR_BAD_CONTENT_TYPE;
                 return errbuf_set(err, -EINVAL, "%s is not an encoded image format", record_format_mime(f));
         }
         if (r < 0)
                 return r;
-        r = resize_crop_reduced(d->pixels, img.width, img.height, (size_t)img.width * img.channels, img.channels,
-                                img.full_width, img.full_height, img.num, img.denom, &d->scratch, out, err);
+        info->orientation = d->exif_orientation ? decode_orientation(f, data, len) : 1;
+        r = decode_resize_oriented(d, &img, info->orientation, out, err);
         if (r < 0) {
                 *code = RECORD_ERR_DECODE_FAILED;
                 return r;

@@ -1,19 +1,22 @@
-/* decode: JPEG and PNG records to the 224x224 RGB8 record the engines take.
+/* decode: JPEG, PNG and WebP records to the 224x224 RGB8 record the engines
+ * take.
  *
  * JPEG goes through libjpeg-turbo's TurboJPEG API, PNG through libspng (the
- * image data of plain PNGs through libdeflate and png_idat.c). The
+ * image data of plain PNGs through libdeflate and png_idat.c), WebP (lossy,
+ * lossless, with alpha; not animated) through libwebp. The
  * decoded image is converted to RGB as PIL's convert("RGB") does (alpha and
  * transparency dropped; CMYK and YCCK inverted and converted with PIL's
  * formula; 16-bit samples to their high byte, except 16-bit grey, which PIL
  * opens as 32-bit integers and clamps to 255), then torchvision's eval
  * geometry is applied (resize.h). EXIF orientation is ignored, as
- * torchvision ignores it. The defaults are the accurate ones PIL uses: the
+ * torchvision ignores it, unless decode_set_exif_orientation turns it on
+ * ([decode] exif_orientation). The defaults are the accurate ones PIL uses: the
  * ISLOW IDCT and fancy upsampling.
  *
  * A decode context owns every buffer it needs, sized by plan_decode_terms()
  * for images of up to max_pixels and allocated once by decode_new; a record
- * allocates nothing of ours (libjpeg and libspng keep their own per-image
- * working memory, which the plan bounds). One context serves one thread at
+ * allocates nothing of ours (libjpeg, libspng and libwebp keep their own
+ * per-image working memory, which the plan bounds). One context serves one thread at
  * a time.
  *
  * Every refusal is -EINVAL with a DLQ code (RECORD_ERR_*) and a sentence:
@@ -72,18 +75,33 @@ void decode_set_fast(decode_t *d, bool fast);
  * fuzzer compare the two, which must agree byte for byte. */
 void decode_set_png_own_idat(decode_t *d, bool on);
 
+/* [decode] exif_orientation (off by default): the image is turned as its
+ * EXIF orientation tag says (decode_orientation) before the resize, as
+ * PIL's ImageOps.exif_transpose turns it; the header's width and height
+ * are then swapped for orientations 5..8. Off, the tag is not read, and
+ * the result is torchvision's, which ignores it. */
+void decode_set_exif_orientation(decode_t *d, bool on);
+
+/* The EXIF orientation of a JPEG, PNG or WebP record (f): 1..8 as the
+ * EXIF standard numbers them (1: as stored), where PIL's getexif() finds
+ * it; 1 when the record has none, or an EXIF block that cannot be read (the
+ * image is then decoded as stored), or f is not one of the three. Reads
+ * only the record's headers and never allocates. See decode_exif.c. */
+int decode_orientation(record_format_t f, const void *data, size_t len);
+
 /* The max_bytes input buffer of a context made with input_copy, else NULL. */
 void *decode_input(decode_t *d);
 size_t decode_max_bytes(const decode_t *d);
 
 /* What a record's header says, without decoding its pixels. */
 typedef struct decode_info {
-        record_format_t format;         /* RECORD_JPEG or RECORD_PNG */
-        uint32_t width, height;
+        record_format_t format;         /* RECORD_JPEG, RECORD_PNG or RECORD_WEBP */
+        uint32_t width, height;         /* as stored, before any EXIF orientation */
         int channels;                   /* 1 grey, 3 colour, 4 CMYK (before conversion) */
+        int orientation;                /* the EXIF orientation applied (1..8; 1 when off or none) */
 } decode_info_t;
 
-/* Decodes the JPEG or PNG record data (len bytes, format f) and writes its
+/* Decodes the JPEG, PNG or WebP record data (len bytes, format f) and writes its
  * 224x224x3 RGB8 (HWC) into out. Fills *info when not NULL (also on a
  * refusal, as far as the header was read). Returns 0, or -EINVAL with *code
  * and err set (see above), or -E2BIG for an internal bound that the plan

@@ -88,7 +88,7 @@ static void *decode_worker_main(void *arg) {
 }
 
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
-                    size_t capacity, errbuf_t *err) {
+                    bool exif_orientation, size_t capacity, errbuf_t *err) {
         decode_pool_t *p;
         int r;
 
@@ -121,7 +121,8 @@ int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_
                 r = decode_new(&w->ctx, max_pixels, max_bytes, false, err);
                 if (r < 0)
                         goto fail;
-                decode_set_fast(w->ctx, fast);      /* before the thread starts: it reads it */
+                decode_set_fast(w->ctx, fast);      /* before the thread starts: it reads them */
+                decode_set_exif_orientation(w->ctx, exif_orientation);
                 r = -pthread_create(&w->tid, NULL, decode_worker_main, w);
                 if (r < 0) {
                         errbuf_set(err, r, "cannot start decode thread %d: %s", i, strerror(-r));

@@ -28,7 +28,7 @@ typedef struct decode_job {
         /* In: owned by the caller, untouched by the pool until it is reaped. */
         const void *data;               /* the encoded record, borrowed until reaped */
         size_t len;
-        record_format_t format;         /* RECORD_JPEG or RECORD_PNG */
+        record_format_t format;         /* RECORD_JPEG, RECORD_PNG or RECORD_WEBP */
         uint8_t *out;                   /* (224, 224, 3) RGB8 HWC destination */
         void *userdata;                 /* the caller's */
         /* Out: valid once reaped. */
@@ -39,10 +39,12 @@ typedef struct decode_job {
 
 /* Starts `threads` threads (>= 1), each with a decode context for images of
  * up to max_pixels and max_bytes (in the fast mode when fast: see
- * decode_set_fast), and queues for `capacity` jobs. Returns 0, -EINVAL,
- * -ENOMEM, or the error of a thread or eventfd that cannot start. */
+ * decode_set_fast; turning images by their EXIF orientation when
+ * exif_orientation: see decode_set_exif_orientation), and queues for
+ * `capacity` jobs. Returns 0, -EINVAL, -ENOMEM, or the error of a thread or
+ * eventfd that cannot start. */
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
-                    size_t capacity, errbuf_t *err);
+                    bool exif_orientation, size_t capacity, errbuf_t *err);
 
 /* The threads the pool runs and the max_pixels their contexts were made
  * for: fixed from decode_pool_new on (a model swap plans with them). */

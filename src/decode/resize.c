@@ -93,21 +93,23 @@ static inline uint8_t resize_clip8(int32_t acc) {
         return acc < 0 ? 0 : acc > 255 ? 255 : (uint8_t)acc;
 }
 
-/* One row: OUT outputs of ch channels from an input row. */
-static void resize_row(const uint8_t *in, int ch, const int32_t *coef, const int32_t *start, const int32_t *count,
-                       size_t taps_cap, uint8_t *out) {
+/* One row: OUT outputs of ch channels from an input row whose pixels are
+ * step bytes apart (ch for a row as stored; another step, or a negative
+ * one, for a row of the image as EXIF orientation turns it). */
+static void resize_row(const uint8_t *in, int ch, ptrdiff_t step, const int32_t *coef, const int32_t *start,
+                       const int32_t *count, size_t taps_cap, uint8_t *out) {
         for (int i = 0; i < OUT; i++) {
-                const uint8_t *p = in + (size_t)start[i] * ch;
+                const uint8_t *p = in + start[i] * step;
                 const int32_t *k = coef + (size_t)i * taps_cap;
                 int n = count[i];
 
-                if (ch == 1) {
+                if (ch == 1 && step == 1) {
                         int32_t a = RESIZE_HALF;
 
                         for (int t = 0; t < n; t++)
                                 a += p[t] * k[t];
                         out[i] = resize_clip8(a);
-                } else {
+                } else if (ch == 3 && step == 3) {
                         int32_t a0 = RESIZE_HALF, a1 = RESIZE_HALF, a2 = RESIZE_HALF;
 
                         for (int t = 0; t < n; t++) {
@@ -118,6 +120,15 @@ static void resize_row(const uint8_t *in, int ch, const int32_t *coef, const int
                         out[3 * i] = resize_clip8(a0);
                         out[3 * i + 1] = resize_clip8(a1);
                         out[3 * i + 2] = resize_clip8(a2);
+                } else {
+                        /* The same sums over a strided row. */
+                        for (int c = 0; c < ch; c++) {
+                                int32_t a = RESIZE_HALF;
+
+                                for (int t = 0; t < n; t++)
+                                        a += p[t * step + c] * k[t];
+                                out[ch * i + c] = resize_clip8(a);
+                        }
                 }
         }
 }
@@ -134,11 +145,19 @@ int resize_crop(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride,
 
 int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t stride, int ch, uint32_t full_w,
                         uint32_t full_h, int num, int denom, resize_scratch_t *s, uint8_t *dst, errbuf_t *err) {
+        return resize_crop_steps(src, in_w, in_h, ch, (ptrdiff_t)stride, ch, full_w, full_h, num, denom, s, dst,
+                                 err);
+}
+
+int resize_crop_steps(const uint8_t *src, uint32_t in_w, uint32_t in_h, ptrdiff_t step_x, ptrdiff_t step_y, int ch,
+                      uint32_t full_w, uint32_t full_h, int num, int denom, resize_scratch_t *s, uint8_t *dst,
+                      errbuf_t *err) {
         resize_geometry_t g;
         bool reduced = num != denom;
         double scale_x, scale_y;
         const uint8_t *rows;            /* the horizontal pass's output (or the source): (n_rows, OUT, ch) */
-        size_t rows_stride, row_bytes = (size_t)OUT * ch;
+        ptrdiff_t rows_stride;
+        size_t row_bytes = (size_t)OUT * ch;
         uint8_t line[OUT * 3];
         int need_h, need_v, r;
         uint32_t base;
@@ -159,7 +178,10 @@ int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t
         } else {
                 scale_x = resize_pil_scale(in_w, g.out_w);
                 scale_y = resize_pil_scale(in_h, g.out_h);
-                need_h = g.out_w != in_w;
+                /* A row whose pixels are not contiguous goes through the
+                 * horizontal pass even at the same width: at a scale of 1 its
+                 * filter is the identity (one tap of weight 1), exactly. */
+                need_h = g.out_w != in_w || step_x != ch;
                 need_v = g.out_h != in_h;
         }
 
@@ -183,13 +205,13 @@ int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t
                         return errbuf_set(err, r, "resizing %ux%u needs more filter taps than planned (%zu)", in_w,
                                           in_h, s->taps_cap);
                 for (uint32_t y = 0; y < n_rows; y++)
-                        resize_row(src + (size_t)(base + y) * stride, ch, s->coef_x, s->first_x, s->count_x,
-                                   s->taps_cap, s->rows + (size_t)y * row_bytes);
+                        resize_row(src + (ptrdiff_t)(base + y) * step_y, ch, step_x, s->coef_x, s->first_x,
+                                   s->count_x, s->taps_cap, s->rows + (size_t)y * row_bytes);
                 rows = s->rows;
-                rows_stride = row_bytes;
+                rows_stride = (ptrdiff_t)row_bytes;
         } else {
-                rows = src + (size_t)g.crop_x * ch + (size_t)base * stride;
-                rows_stride = stride;
+                rows = src + (size_t)g.crop_x * ch + (ptrdiff_t)base * step_y;
+                rows_stride = step_y;
         }
 
         for (int j = 0; j < OUT; j++) {
@@ -197,7 +219,7 @@ int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t
 
                 if (need_v) {
                         const int32_t *k = s->coef_y + (size_t)j * s->taps_cap;
-                        const uint8_t *p = rows + (size_t)(s->first_y[j] - (int32_t)base) * rows_stride;
+                        const uint8_t *p = rows + (ptrdiff_t)(s->first_y[j] - (int32_t)base) * rows_stride;
                         int32_t acc[OUT * 3];
 
                         for (size_t i = 0; i < row_bytes; i++)
@@ -209,7 +231,7 @@ int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t
                                 line[i] = resize_clip8(acc[i]);
                         out_row = line;
                 } else
-                        out_row = rows + (size_t)j * rows_stride;
+                        out_row = rows + (ptrdiff_t)j * rows_stride;
 
                 if (ch == 3)
                         memcpy(dst + (size_t)j * OUT * 3, out_row, (size_t)OUT * 3);

@@ -63,4 +63,15 @@ int resize_crop_reduced(const uint8_t *src, uint32_t in_w, uint32_t in_h, size_t
                         uint32_t full_w, uint32_t full_h, int num, int denom, resize_scratch_t *scratch, uint8_t *dst,
                         errbuf_t *err);
 
+/* As resize_crop_reduced, for an image seen through steps: pixel (x, y)
+ * of the in_w x in_h image (and of full_w x full_h) is at src + x * step_x
+ * + y * step_y, either step possibly negative. This is how EXIF
+ * orientation is applied without moving a pixel: a flip or a rotation of
+ * the decoded image is a choice of origin and steps, and every output
+ * sample is computed as if the turned image had been stored (the result is
+ * that of transposing first, as PIL does, then resizing). */
+int resize_crop_steps(const uint8_t *src, uint32_t in_w, uint32_t in_h, ptrdiff_t step_x, ptrdiff_t step_y, int ch,
+                      uint32_t full_w, uint32_t full_h, int num, int denom, resize_scratch_t *s, uint8_t *dst,
+                      errbuf_t *err);
+
 #endif

@@ -1,4 +1,4 @@
-"""decode_golden: inferd's JPEG/PNG decoding and eval transform against torchvision.
+"""decode_golden: inferd's JPEG/PNG/WebP decoding and eval transform against torchvision.
 
 Driven by tests/decode/run, which fetches the photographs (Debian's
 python3-skimage, skimage/data/) and owns the temporary directory.
@@ -11,6 +11,7 @@ PNGs) and re-encoded with PIL in every mode inferd claims:
         grey, 4-bit palette, 16-bit RGB / RGBA / grey / grey+alpha, and Adam7
         interlaced (PIL writes neither 16-bit colour nor interlaced PNGs, so
         those are assembled here with zlib, chunk by chunk)
+  WebP  lossy, lossless, and both with alpha (PIL's encoder, libwebp)
 plus odd geometries: tall, narrow, smaller than 256 (upscaled), exactly 256,
 odd crop offsets, a panorama and a tiny image.
 
@@ -34,8 +35,22 @@ third inferd-run call, its N x 10 logits against torchvision's resnet18 on
 torchvision's tensors, relative L2 <= 2e-3 and the same top-1 wherever the
 reference's margin is clear.
 
+The WebPs are held to more: identical on every value (PIL and inferd share
+libwebp's decoder, and the resize is PIL's arithmetic). Files carrying an
+EXIF orientation are in this run too, without --exif-orientation: the
+reference ignores the tag, as torchvision does.
+
 DECODE_BREAK=crop shifts the reference's crop by one pixel, to show that both
 checks fail on a one-pixel error.
+
+Then EXIF orientation (inferd-run --exif-orientation, as [decode]
+exif_orientation = yes): JPEG, PNG and WebP files carrying each of the eight
+orientations (written by PIL's own EXIF writer), a grey JPEG, and images
+whose turned shorter side is exactly 256, against PIL's
+ImageOps.exif_transpose followed by the same transform: the same tensor and
+logits checks. A large rotated JPEG also goes through --decode-fast with it,
+held to the fast tolerances. DECODE_BREAK=exif turns the reference the other
+way (ROTATE_90 for ROTATE_270 and back), to show those checks failing.
 
 Then the faster mode ([decode] fast = yes, inferd-run --decode-fast) on every
 JPEG: a second inferd-run call, against the same torchvision references.
@@ -56,7 +71,7 @@ import zlib
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision import transforms
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -148,6 +163,13 @@ def pil_bytes(img, fmt, **kw):
     return b.getvalue()
 
 
+def with_exif(img, fmt, orientation, **kw):
+    """img saved as fmt with an EXIF block whose Orientation is orientation."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return pil_bytes(img, fmt, exif=exif, **kw)
+
+
 def make_inputs(data, tmp):
     """[(name, path)]: the photographs as shipped, and re-encoded."""
     items = []
@@ -214,6 +236,19 @@ def make_inputs(data, tmp):
     add("moto-rgb16-interlaced.png", png_bytes(m * 256 + mn, 16, 2, interlace=True))
     add("camera-grey-interlaced.png", png_bytes(cam[:, :, None], 8, 0, interlace=True))
 
+    # WebP (libwebp through PIL): lossy, lossless, with alpha.
+    add("chelsea-lossy.webp", pil_bytes(chelsea, "WEBP", quality=90))
+    add("coffee-lossy-q60.webp", pil_bytes(coffee, "WEBP", quality=60))
+    add("astro-lossless.webp", pil_bytes(astro, "WEBP", lossless=True))
+    rgba = Image.fromarray(np.dstack([rgb, alpha]))
+    add("chelsea-lossy-alpha.webp", pil_bytes(rgba, "WEBP", quality=85))
+    add("chelsea-lossless-alpha.webp", pil_bytes(rgba, "WEBP", lossless=True))
+    add("moto-lossy.webp", pil_bytes(moto, "WEBP", quality=80, method=6))
+    add("small-200x150.webp", pil_bytes(chelsea.resize((200, 150)), "WEBP", quality=90))
+    # An EXIF orientation that the default (torchvision's) ignores.
+    add("chelsea-exif6-ignored.jpg", with_exif(chelsea, "JPEG", 6, quality=90))
+    add("chelsea-exif8-ignored.webp", with_exif(chelsea, "WEBP", 8, quality=90))
+
     # Geometry.
     big = np.asarray(moto)
     add("tall-300x741.png", pil_bytes(Image.fromarray(np.ascontiguousarray(big.transpose(1, 0, 2)[:, :300])), "PNG"))
@@ -241,10 +276,45 @@ def make_inputs(data, tmp):
     return items
 
 
-def torchvision_u8(path, shift=0, shift_y=0):
+def make_exif_inputs(data, tmp):
+    """[(name, path)]: the eight orientations in each format, and edge cases."""
+    items = []
+
+    def add(name, blob):
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(blob)
+        items.append((name, path))
+
+    # 451x301: not square, and an odd margin around the crop once resized
+    # (383 - 224), so that a flip that moved the crop would show.
+    chelsea = Image.open(os.path.join(data, "chelsea.png")).convert("RGB").resize((451, 301))
+    camera = Image.open(os.path.join(data, "camera.png")).convert("L").crop((0, 0, 512, 301))
+    moto = Image.open(os.path.join(data, "motorcycle_left.png")).convert("RGB")
+    for o in range(1, 9):
+        add(f"exif{o}.jpg", with_exif(chelsea, "JPEG", o, quality=92))
+        add(f"exif{o}.png", with_exif(chelsea, "PNG", o))
+        add(f"exif{o}.webp", with_exif(chelsea, "WEBP", o, quality=90))
+    add("exif-none.jpg", pil_bytes(chelsea, "JPEG", quality=92))
+    add("exif6-grey.jpg", with_exif(camera, "JPEG", 6, quality=90))
+    add("exif2-grey.jpg", with_exif(camera, "JPEG", 2, quality=90))
+    # The shorter side exactly 256, turned or not: no horizontal resize.
+    exact = moto.crop((0, 0, 256, 400))
+    add("exif2-256x400.png", with_exif(exact, "PNG", 2))
+    add("exif4-256x400.png", with_exif(exact, "PNG", 4))
+    add("exif6-400x256.png", with_exif(exact.transpose(Image.Transpose.ROTATE_90), "PNG", 6))
+    add("exif7-256x400.png", with_exif(exact, "PNG", 7))
+    return items
+
+
+def torchvision_u8(path, shift=0, shift_y=0, exif=False):
     """torchvision's eval transform up to the crop, as uint8 (224, 224, 3);
-    shift moves the crop that many pixels right (DECODE_BREAK), shift_y down."""
-    img = Image.open(path).convert("RGB")
+    shift moves the crop that many pixels right (DECODE_BREAK), shift_y down.
+    With exif, the image is first turned by ImageOps.exif_transpose."""
+    img = Image.open(path)
+    if exif:
+        img = exif_transpose(img)
+    img = img.convert("RGB")
     img = transforms.Resize(256)(img)
     if shift or shift_y:
         w, h = img.size
@@ -254,9 +324,19 @@ def torchvision_u8(path, shift=0, shift_y=0):
     return np.asarray(img, dtype=np.uint8)
 
 
-def torchvision_tensor(path, shift=0):
+def exif_transpose(img):
+    """ImageOps.exif_transpose; DECODE_BREAK=exif swaps the quarter turns."""
+    if os.environ.get("DECODE_BREAK") == "exif":
+        o = img.getexif().get(0x0112)
+        swap = {6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
+        if o in swap:
+            return img.transpose(swap[o])
+    return ImageOps.exif_transpose(img)
+
+
+def torchvision_tensor(path, shift=0, exif=False):
     """(3, 224, 224) float64: ToTensor and Normalize as torchvision does them (float32)."""
-    u8 = torchvision_u8(path, shift)
+    u8 = torchvision_u8(path, shift, exif=exif)
     t = transforms.Normalize(MEAN.tolist(), STD.tolist())(transforms.ToTensor()(Image.fromarray(u8)))
     return t.double()
 
@@ -304,6 +384,12 @@ def main():
         levels = (mine - ref).abs().numpy() * (255.0 * STD[:, None, None])
         worst = float(levels.max())
         same = float((levels < 0.5).mean())
+        if name.endswith(".webp"):
+            # libwebp is PIL's decoder too: identical, value for value.
+            golden.report(bool(np.array_equal(ours[i], torchvision_u8(path, shift))), f"decode/tensor/{name}",
+                          f"{Image.open(path).size[0]}x{Image.open(path).size[1]} {Image.open(path).mode}: "
+                          f"max {worst:.3f} grey levels, {100 * same:.3f}% identical (want identical)")
+            continue
         golden.report(worst <= 1.0 + 1e-3 and same >= MIN_IDENTICAL, f"decode/tensor/{name}",
                       f"{Image.open(path).size[0]}x{Image.open(path).size[1]} {Image.open(path).mode}: "
                       f"max {worst:.3f} grey levels, {100 * same:.3f}% identical "
@@ -319,7 +405,66 @@ def main():
     fast(inferd, weights, tmp, [(i, name, path) for i, (name, path, _) in enumerate(refs) if name.endswith(".jpg")],
          [ref for _, _, ref in refs], ref_logits)
     own_model(inferd, exporter, tmp, refs)
+    exif(inferd, weights, data, tmp, model, shift)
     return 1 if golden.failures else 0
+
+
+def exif(inferd, weights, data, tmp, model, shift):
+    """inferd-run --exif-orientation against ImageOps.exif_transpose + torchvision."""
+    items = make_exif_inputs(data, tmp)
+    n = len(items)
+    rgb8_path = os.path.join(tmp, "rgb8-exif.u8")
+    logits_path = os.path.join(tmp, "logits-exif.f32")
+    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8",
+           "--exif-orientation", "--rgb8", rgb8_path, "--logits", logits_path] + [p for _, p in items]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    ok = (r.returncode == 0 and os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
+          and len(r.stdout.splitlines()) == n)
+    golden.report(ok, "decode/exif/run", f"inferd-run --exif-orientation over {n} images: exit {r.returncode}"
+                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    if not ok:
+        return
+    ours = np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3)
+    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES)
+    refs = [torchvision_tensor(path, shift, exif=True) for _, path in items]
+    with torch.no_grad():
+        ref_logits = model(torch.stack([t.float() for t in refs])).double().numpy()
+    for i, (name, path) in enumerate(items):
+        mine = transforms.Normalize(MEAN.tolist(), STD.tolist())(
+            transforms.ToTensor()(Image.fromarray(ours[i]))).double()
+        levels = (mine - refs[i]).abs().numpy() * (255.0 * STD[:, None, None])
+        worst, same = float(levels.max()), float((levels < 0.5).mean())
+        err = float(np.linalg.norm(logits[i] - ref_logits[i]) / np.linalg.norm(ref_logits[i]))
+        img = Image.open(path)
+        o = img.getexif().get(0x0112, 1)
+        want_identical = not name.endswith(".jpg")       # PNG and WebP: PIL's decoders' own samples
+        ok = worst <= 1.0 + 1e-3 and same >= MIN_IDENTICAL and err <= TOL_LOGITS
+        if want_identical:
+            ok = ok and bool(np.array_equal(ours[i], torchvision_u8(path, shift, exif=True)))
+        golden.report(ok, f"decode/exif/{name}",
+                      f"{img.size[0]}x{img.size[1]} {img.mode} orientation {o}: max {worst:.3f} grey levels, "
+                      f"{100 * same:.3f}% identical, logits rel L2 {err:.2e} (want <= 1, "
+                      f">= {100 * MIN_IDENTICAL:.0f}%{', identical' if want_identical else ''}, <= {TOL_LOGITS:.0e})")
+    # [decode] fast with a turned large JPEG: the fast tolerances, against
+    # the turned reference.
+    big = Image.open(os.path.join(data, "motorcycle_left.png")).convert("RGB").resize((2964, 2000), Image.LANCZOS)
+    path = os.path.join(tmp, "large-exif6.jpg")
+    with open(path, "wb") as f:
+        f.write(with_exif(big, "JPEG", 6, quality=92))
+    out = os.path.join(tmp, "rgb8-exif-fast.u8")
+    r = subprocess.run([inferd, "--weights", weights, "--backend", "cpu", "--decode-fast", "--exif-orientation",
+                        "--rgb8", out, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if r.returncode != 0 or not os.path.exists(out) or os.path.getsize(out) != 150528:
+        golden.report(False, "decode/exif/fast/large-exif6.jpg", f"exit {r.returncode}: {r.stderr.strip()[-300:]!r}")
+        return
+    u8 = np.fromfile(out, dtype=np.uint8).reshape(224, 224, 3).astype(np.float64)
+    ref = torchvision_u8(path, shift, exif=True).astype(np.float64)
+    levels = np.abs(u8 - ref)
+    golden.report(float(levels.max()) <= FAST_MAX_LEVELS and float(levels.mean()) <= FAST_MEAN_LEVELS,
+                  "decode/exif/fast/large-exif6.jpg",
+                  f"2964x2000 orientation 6, reduced: max {levels.max():.1f} grey levels, mean {levels.mean():.3f} "
+                  f"(want <= {FAST_MAX_LEVELS:g}, <= {FAST_MEAN_LEVELS:g})")
 
 
 def own_model(inferd, exporter, tmp, refs):

@@ -79,6 +79,7 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_STRING_EQUAL(c->kafka.dlq_topic, "images.dlq");
         CU_ASSERT_FALSE(c->kafka.static_membership);
         CU_ASSERT_FALSE(c->decode.fast);
+        CU_ASSERT_FALSE(c->decode.exif_orientation);
         CU_ASSERT_EQUAL(c->kafka.delivery, CFG_DELIVERY_AT_LEAST_ONCE);
         CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 100);
         CU_ASSERT_EQUAL(c->kafka_consumer.n, 0);
@@ -292,6 +293,7 @@ static void test_cfg_bad_values(void) {
                 { "kafka", "dlq_topic", "..", "is not a Kafka topic name" },
                 { "kafka", "static_membership", "maybe", "is not yes or no" },
                 { "decode", "fast", "sometimes", "is not yes or no" },
+                { "decode", "exif_orientation", "rotate", "is not yes or no" },
                 { "kafka", "delivery", "at-most-once", "is not one of at-least-once, exactly-once" },
                 { "kafka", "transaction_max_ms", "-1", "is not in" },
                 { "model", "weights", "", "must not be empty" },
@@ -558,6 +560,7 @@ static const char *const design_keys[][2] = {
         { "metrics", "listen" }, { "metrics", "tls_cert" }, { "metrics", "tls_key" },
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
+        { "decode", "exif_orientation" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
 

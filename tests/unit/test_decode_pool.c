@@ -1,8 +1,10 @@
 /* Unit tests of decode_pool_: jobs go out to the threads and come back
  * through the eventfd, good and bad alike, each with its own result; a full
- * pool says -EAGAIN; freeing a busy pool is clean. */
+ * pool says -EAGAIN; freeing a busy pool is clean; the threads' contexts
+ * turn images by their EXIF orientation exactly when the pool was made to. */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
@@ -31,7 +33,7 @@ static void test_decode_pool_round_trip(void) {
         uint8_t *jpeg = pool_jpeg(320, 240, &len);
         errbuf_t err;
 
-        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 2, 1000000, 1 << 20, false, N, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 2, 1000000, 1 << 20, false, false, N, &err), 0);
         CU_ASSERT(decode_pool_fd(p) >= 0);
         CU_ASSERT_PTR_NULL(decode_pool_reap(p));
         for (int i = 0; i < N; i++) {
@@ -93,13 +95,58 @@ static void test_decode_pool_round_trip(void) {
         free(jpeg);
 }
 
+/* One job through a pool made with exif_orientation as given; its output. */
+static void pool_decode_one(bool exif, const uint8_t *data, size_t len, uint8_t *out) {
+        decode_job_t job = { .data = data, .len = len, .format = RECORD_JPEG, .out = out };
+        struct pollfd pfd;
+        decode_pool_t *p = NULL;
+        errbuf_t err;
+
+        CU_ASSERT_EQUAL_FATAL(decode_pool_new(&p, 1, 1000000, 1 << 20, false, exif, 1, &err), 0);
+        CU_ASSERT_EQUAL(decode_pool_submit(p, &job), 0);
+        pfd = (struct pollfd){ .fd = decode_pool_fd(p), .events = POLLIN };
+        CU_ASSERT_FATAL(poll(&pfd, 1, 30000) == 1);
+        CU_ASSERT(decode_pool_reap(p) == &job);
+        CU_ASSERT_EQUAL(job.r, 0);
+        decode_pool_free(p);
+}
+
+static void test_decode_pool_exif_orientation(void) {
+        /* An APP1 "Exif" segment, big-endian TIFF, one entry: Orientation = 6. */
+        static const uint8_t app1[] = { 0xff, 0xe1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8,
+                                        0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0 };
+        static uint8_t pooled[2][224 * 224 * 3], direct[2][224 * 224 * 3];
+        size_t len;
+        uint8_t *jpeg = pool_jpeg(320, 240, &len), *tagged = malloc(len + sizeof(app1));
+        const char *code;
+        decode_t *d = NULL;
+        errbuf_t err;
+
+        memcpy(tagged, jpeg, 2);
+        memcpy(tagged + 2, app1, sizeof(app1));
+        memcpy(tagged + 2 + sizeof(app1), jpeg + 2, len - 2);
+        len += sizeof(app1);
+        CU_ASSERT_EQUAL_FATAL(decode_orientation(RECORD_JPEG, tagged, len), 6);
+        CU_ASSERT_FATAL(decode_new(&d, 1000000, 1 << 20, false, &err) == 0);
+        for (int exif = 0; exif <= 1; exif++) {
+                decode_set_exif_orientation(d, exif);
+                CU_ASSERT_EQUAL(decode_record(d, tagged, len, RECORD_JPEG, direct[exif], NULL, &code, &err), 0);
+                pool_decode_one(exif, tagged, len, pooled[exif]);
+                CU_ASSERT(memcmp(pooled[exif], direct[exif], sizeof(direct[exif])) == 0);
+        }
+        CU_ASSERT(memcmp(direct[0], direct[1], sizeof(direct[0])) != 0);
+        decode_free(d);
+        free(tagged);
+        free(jpeg);
+}
+
 static void test_decode_pool_rejects_bad_arguments(void) {
         decode_pool_t *p = NULL;
         errbuf_t err;
 
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 0, 1000, 1000, false, 4, &err), -EINVAL);
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 1000, 1000, false, 0, &err), -EINVAL);
-        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 0, 1000, false, 4, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 0, 1000, 1000, false, false, 4, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 1000, 1000, false, false, 0, &err), -EINVAL);
+        CU_ASSERT_EQUAL(decode_pool_new(&p, 1, 0, 1000, false, false, 4, &err), -EINVAL);
         decode_pool_free(NULL);
 }
 
@@ -107,6 +154,7 @@ int test_decode_pool_register(void) {
         static CU_TestInfo tests[] = {
                 { "round_trip", test_decode_pool_round_trip },
                 { "rejects_bad_arguments", test_decode_pool_rejects_bad_arguments },
+                { "exif_orientation", test_decode_pool_exif_orientation },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("decode_pool", tests);

@@ -65,6 +65,7 @@ static void test_record_refuses_encoded_images(void) {
 
 static void test_record_identifies_encoded_images(void) {
         unsigned char jpeg[64] = { 0xff, 0xd8, 0xff, 0xe0 }, png[64] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        unsigned char webp[64] = { 'R', 'I', 'F', 'F', 56, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', ' ' };
         record_format_t f;
         const char *code;
         errbuf_t err;
@@ -80,6 +81,25 @@ static void test_record_identifies_encoded_images(void) {
         CU_ASSERT_EQUAL(record_identify(jpeg, 0, "IMAGE/PNG; x=1", 14, &f, &code, &err), 0);
         CU_ASSERT_EQUAL(f, RECORD_PNG);
         CU_ASSERT(record_is_encoded(RECORD_JPEG) && record_is_encoded(RECORD_PNG) && !record_is_encoded(RECORD_RGB8));
+        /* WebP: RIFF, a length, WEBP; by content-type too. */
+        CU_ASSERT_EQUAL(record_identify(webp, sizeof(webp), NULL, 0, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_WEBP);
+        CU_ASSERT_EQUAL(record_identify(webp, 12, NULL, 0, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_WEBP);
+        CU_ASSERT_EQUAL(record_identify(jpeg, sizeof(jpeg), "image/webp", 10, &f, &code, &err), 0);
+        CU_ASSERT_EQUAL(f, RECORD_WEBP);
+        CU_ASSERT(record_is_encoded(RECORD_WEBP));
+        CU_ASSERT_STRING_EQUAL(record_format_mime(RECORD_WEBP), "image/webp");
+        /* RIFF of another kind (WAVE), or cut before WEBP, is not WebP. */
+        memcpy(webp + 8, "WAVE", 4);
+        CU_ASSERT_EQUAL(record_identify(webp, sizeof(webp), NULL, 0, &f, &code, &err), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
+        memcpy(webp + 8, "WEBP", 4);
+        CU_ASSERT_EQUAL(record_identify(webp, 11, NULL, 0, &f, &code, &err), -EINVAL);
+        /* An unknown content-type's sentence lists it among the accepted. */
+        CU_ASSERT_EQUAL(record_identify(webp, sizeof(webp), "image/avif", 10, &f, &code, &err), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_CONTENT_TYPE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "image/webp"));
         /* Two bytes of JPEG magic are not enough. */
         CU_ASSERT_EQUAL(record_identify(jpeg, 2, NULL, 0, &f, &code, &err), -EINVAL);
         CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_SIZE);
