@@ -537,6 +537,8 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
 
         if (!t)
                 return;
+        if (m->err && d->pipeline && pipeline_delivery_failed(d->pipeline, m) == 0)
+                return;         /* a DLQ copy too large: produced again without its value, with t */
         if (m->err) {
                 /* The record's offset is never stored, so everything from it
                  * on in its partition is redelivered after a restart. */
@@ -1168,6 +1170,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.stage_seconds = st.stage_seconds;
         s.stage_names = rectime_stage_names;
         s.n_stages = RECTIME_STAGES;
+        s.dlq_values_omitted = st.dlq_values_omitted;
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;

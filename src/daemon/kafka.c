@@ -694,6 +694,10 @@ int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len
                                RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
         if (re == RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 return -ENOBUFS;
+        if (re == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                return errbuf_set(err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, "
+                                  "value %zu and headers) is over the producer's message.max.bytes", topic,
+                                  key_len + value_len, key_len, value_len);
         if (re)
                 return errbuf_set(err, -EIO, "Failed to produce to '%s': %s", topic, rd_kafka_err2str(re));
         /* headers belong to librdkafka now. */

@@ -93,7 +93,8 @@ bool kafka_is_paused(const kafka_t *k);
 
 /* Produces a copy of value to topic with key and headers (whose ownership
  * moves to librdkafka on success only). -ENOBUFS when the producer's queue is
- * full (poll and retry), other -errno with a sentence otherwise. */
+ * full (poll and retry), -EMSGSIZE when the record is over the producer's
+ * message.max.bytes, other -errno with a sentence otherwise. */
 int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
                   size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err);
 
