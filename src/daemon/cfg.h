@@ -134,6 +134,7 @@ typedef struct cfg {
                 int max_pixels;         /* 1..2^31-1 */
                 uint64_t max_bytes;     /* 1KiB..1GiB */
                 bool fast;              /* DCT-domain reduction and fast upsampling for JPEG (decode_set_fast) */
+                int max_scan_megapixels;        /* 0..2^31-1; 0 = no limit (decode_set_max_scan_megapixels) */
         } decode;
 } cfg_t;
 

@@ -1586,6 +1586,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                             d->cfg->decode.fast, (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
         if (r < 0)
                 return errbuf_prefix(err, r, "Failed to start the decode threads");
+        decode_pool_set_max_scan_megapixels(d->decode, (uint64_t)d->cfg->decode.max_scan_megapixels);
         log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s; their buffers %s of the host budget",
                  plan->decode_threads,
                  plan->decode_threads == 1 ? "" : "s",

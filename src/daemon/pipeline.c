@@ -33,6 +33,7 @@
 static const char *const pipeline_dlq_known[] = {
         RECORD_ERR_BAD_SIZE,    RECORD_ERR_BAD_CONTENT_TYPE,  RECORD_ERR_DECODE_FAILED,
         RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT, RECORD_ERR_EXPIRED,
+        RECORD_ERR_TOO_COSTLY,
 };
 
 struct pipeline {

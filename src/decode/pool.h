@@ -41,6 +41,10 @@ typedef struct decode_job {
  * up to max_pixels and max_bytes (in the fast mode when fast: see
  * decode_set_fast), and queues for `capacity` jobs. Returns 0, -EINVAL,
  * -ENOMEM, or the error of a thread or eventfd that cannot start. */
+/* Sets every context's decode cost limit (decode_set_max_scan_megapixels);
+ * call it right after decode_pool_new, before the first job. */
+void decode_pool_set_max_scan_megapixels(decode_pool_t *p, uint64_t megapixels);
+
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
                     size_t capacity, errbuf_t *err);
 
