@@ -49,6 +49,8 @@ struct kafka {
         bool closed;
         bool transactional;             /* [kafka] delivery = exactly-once */
         bool txn_open;                  /* a transaction was begun and not yet ended */
+        bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
+                                         * it can only be aborted; its unsent outputs wait for the abort */
 
         /* For the metrics (kafka_get_lag, kafka_get_errors). */
         kafka_part_t *parts;
@@ -117,7 +119,14 @@ static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t 
 }
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-        (void)rk;
+        kafka_t *k = rd_kafka_opaque(rk);
+
+        /* librdkafka says that it failed the open transaction (an abortable
+         * error: a delivery failed, or the producer needs an epoch bump) only
+         * in this line; the outputs not yet sent then wait for the abort,
+         * with no delivery report. (Served on the loop thread: log.queue.) */
+        if (k && !strcmp(fac, "TXNERR") && k->transactional && k->txn_open)
+                k->txn_failed = true;
         /* kafka_auth says it once, with the broker and the mechanism; a
          * broker failure (FAIL) also comes as an error event
          * (kafka_error_cb), which logs it once, rate-limited: here both are
@@ -736,6 +745,9 @@ int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len
                                RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
         if (re == RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 return -ENOBUFS;
+        if (re == RD_KAFKA_RESP_ERR__STATE && k->transactional)
+                return errbuf_set(err, -ECANCELED, "Failed to produce to '%s': the transaction has failed and "
+                                  "must be aborted", topic);
         if (re == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
                 return errbuf_set(err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, "
                                   "value %zu and headers) is over the producer's message.max.bytes", topic,
@@ -814,6 +826,10 @@ bool kafka_txn_is_open(const kafka_t *k) {
         return k->txn_open;
 }
 
+bool kafka_txn_failed(const kafka_t *k) {
+        return k->txn_failed;
+}
+
 /* Sorts a failed transactional call into the classes librdkafka defines and
  * fills err. Takes e (destroys it). */
 static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err) {
@@ -861,6 +877,7 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
         if (e)
                 return kafka_txn_error(e, "begin a transaction", err);
         k->txn_open = true;
+        k->txn_failed = false;
         return 0;
 }
 
@@ -908,6 +925,7 @@ int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
         if (e)
                 return kafka_txn_error(e, "commit the transaction", err);
         k->txn_open = false;
+        k->txn_failed = false;
         return 0;
 }
 
@@ -921,6 +939,7 @@ int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
         if (e)
                 return kafka_txn_error(e, "abort the transaction", err);
         k->txn_open = false;
+        k->txn_failed = false;
         return 0;
 }
 

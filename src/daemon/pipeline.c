@@ -327,7 +327,7 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
                 }
         }
         if (r < 0) {
-                if (r != -ENOBUFS)
+                if (r != -ENOBUFS && r != -ECANCELED)
                         log_error("%s", err.msg);
                 goto fail;
         }
@@ -372,6 +372,12 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
 
                         r = pipeline_dead_letter(p, m, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg,
                                                  e->tag);
+                        if (r == -ECANCELED) {
+                                /* The transaction is doomed: dropped, the
+                                 * rewind brings the record back. */
+                                rd_kafka_message_destroy(m);
+                                r = 0;
+                        }
                         if (r < 0) {
                                 p->slot_produced[slot] = i;
                                 return r;
@@ -404,6 +410,10 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                                                  "the model's output for this record is not finite (a NaN or "
                                                  "infinite logit), so it has no prediction",
                                                  e->tag);
+                        if (r == -ECANCELED) {
+                                rd_kafka_message_destroy(m);
+                                r = 0;
+                        }
                         if (r < 0) {
                                 p->slot_produced[slot] = i;
                                 return r;
@@ -423,6 +433,16 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                 r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h,
                                   t, &err);
                 free(json);
+                if (r == -ECANCELED) {
+                        /* Exactly-once, the transaction doomed: no output;
+                         * the rewind after the abort brings the record
+                         * back. */
+                        rd_kafka_headers_destroy(h);
+                        free(t);
+                        rd_kafka_message_destroy(m);
+                        e->msg = NULL;
+                        continue;
+                }
                 if (r < 0) {
                         if (r != -ENOBUFS)
                                 log_error("%s", err.msg);
@@ -723,6 +743,12 @@ static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms)
         r = pipeline_dead_letter(p, m, RECORD_ERR_EXPIRED, detail, PIPELINE_TRACK_NOW);
         if (r == -ENOBUFS)
                 return r;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: not tracked, so it
+                 * comes again after the rewind. */
+                rd_kafka_message_destroy(m);
+                return 0;
+        }
         if (r < 0) {
                 pipeline_track(p, m);           /* never done: redelivered */
                 rd_kafka_message_destroy(m);
@@ -783,6 +809,12 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
                 if (r == -ENOBUFS)
                         return r;
+                if (r == -ECANCELED) {
+                        /* Exactly-once, the transaction doomed: not
+                         * tracked, so it comes again after the rewind. */
+                        rd_kafka_message_destroy(m);
+                        return 0;
+                }
                 if (r < 0) {
                         /* Tracked and never done: no later offset of its
                          * partition is stored, so it is redelivered. */
