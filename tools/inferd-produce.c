@@ -111,6 +111,8 @@ typedef struct produce_opts {
         bool have_age;                  /* --age-ms given: set the timestamps */
         long age_ms;                    /* the records' age at produce time; < 0: in the future */
         bool trace;                     /* --trace: traceparent and tracestate headers */
+        long bad_bytes;                 /* --bad-bytes: every bad record is this many random bytes (0 = the mix) */
+        long header_bytes;              /* --header-bytes: bad records carry a header inferd-test-big this long */
         produce_images_t images;
 } produce_opts_t;
 
@@ -404,7 +406,7 @@ static void usage(FILE *f) {
                 "                      [--format rgb8|f32|mixed|jpeg|png|webp] [--images DIR] [--bad-fraction F]\n"
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
-                "                      [--age-ms MS] [--trace]\n"
+                "                      [--age-ms MS] [--trace] [--bad-bytes N] [--header-bytes N]\n"
                 "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG/WebP: the files of\n"
                 "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
@@ -414,7 +416,10 @@ static void usage(FILE *f) {
                 "[kafka.client] and [kafka.producer] settings (security included; file: and\n"
                 "credential: values resolved) and its [kafka] brokers when -b is not given; -X\n"
                 "options after it override them. --age-ms MS: Kafka timestamps MS ms in the past\n"
-                "(negative: the future). --trace: traceparent and tracestate headers.\n");
+                "(negative: the future). --trace: traceparent and tracestate headers. --bad-bytes N\n"
+                "makes every bad record N random bytes without a content-type (bad-size, or\n"
+                "too-large over 602,112), and --header-bytes N gives the bad records a header\n"
+                "inferd-test-big of N bytes.\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *ret) {
@@ -462,6 +467,14 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
 
         if (fmt == FORMAT_MIXED)
                 fmt = (next64(&s) & 2) ? FORMAT_F32 : FORMAT_RGB8;
+        if (kind != KIND_OK && o->bad_bytes > 0) {
+                /* --bad-bytes: random bytes, no signature, no content-type. */
+                len = (size_t)o->bad_bytes;
+                fill_bytes(buf, len, &s);
+                buf[0] = 0;
+                *ct = NULL;
+                return len;
+        }
         switch (kind) {
         case KIND_OK:
                 if (format_encoded(fmt)) {
@@ -570,6 +583,17 @@ static int produce_one(rd_kafka_t *rk, const produce_opts_t *o, long i, produce_
         rd_kafka_header_add(h, "inferd-test-expect", -1, kind_names[kind], -1);
         if (ct)
                 rd_kafka_header_add(h, "content-type", -1, ct, -1);
+        if (kind != KIND_OK && o->header_bytes > 0) {
+                char *big = malloc((size_t)o->header_bytes);
+
+                if (!big) {
+                        rd_kafka_headers_destroy(h);
+                        return -ENOMEM;
+                }
+                memset(big, 'h', (size_t)o->header_bytes);
+                rd_kafka_header_add(h, "inferd-test-big", -1, big, (ssize_t)o->header_bytes);
+                free(big);
+        }
         if (o->trace) {
                 uint64_t a = mix64(o->seed * 0x10001 + (uint64_t)i), b = mix64(a), c = mix64(b);
 
@@ -616,6 +640,8 @@ int main(int argc, char **argv) {
                 { "images", required_argument, NULL, 'I' },
                 { "age-ms", required_argument, NULL, 'A' },
                 { "trace", no_argument, NULL, 'R' },
+                { "bad-bytes", required_argument, NULL, 'B' },
+                { "header-bytes", required_argument, NULL, 'E' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -635,7 +661,7 @@ int main(int argc, char **argv) {
         if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
-        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:A:Rh", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:A:RB:E:h", opts, NULL)) != -1) {
                 switch (c) {
                 case 'c': {
                         errbuf_t err = {};
@@ -713,6 +739,14 @@ int main(int argc, char **argv) {
                         else if (strcmp(optarg, "mixed") == 0)
                                 o.content_type = CHOICE_MIXED;
                         else
+                                goto bad_arg;
+                        break;
+                case 'B':
+                        if (parse_long(optarg, 1, 16L << 20, &o.bad_bytes) < 0)
+                                goto bad_arg;
+                        break;
+                case 'E':
+                        if (parse_long(optarg, 1, 16L << 20, &o.header_bytes) < 0)
                                 goto bad_arg;
                         break;
                 case 'P':
@@ -795,6 +829,9 @@ int main(int argc, char **argv) {
                 produce_kind_t kind = record_kind(i, o.bad_fraction);
                 const char *ct = NULL;
                 size_t len;
+
+                if (kind != KIND_OK && o.bad_bytes > 0)
+                        kind = (size_t)o.bad_bytes > RECORD_MAX_BYTES ? KIND_TOO_LARGE : KIND_BAD_SIZE;
 
                 if (o.rate_per_s > 0) {
                         /* Paced against the start, so that delays do not add up;

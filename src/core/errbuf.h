@@ -20,4 +20,10 @@ int errbuf_set(errbuf_t *e, int r, const char *fmt, ...) __attribute__((format(p
 /* Prefixes the message already in e with "<prefix>: ", keeping r. */
 int errbuf_prefix(errbuf_t *e, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Writes len bytes of in (which may hold NULs or any byte) into out as a
+ * printable C string for a message: printable ASCII as it is, a backslash
+ * as \\, anything else as \xNN; past size, cut short with "...". out is
+ * always terminated (size > 4). Returns out. */
+char *errbuf_escape(char *out, size_t size, const void *in, size_t len);
+
 #endif

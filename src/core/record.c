@@ -73,11 +73,15 @@ int record_identify(const void *data, size_t len, const char *ct, size_t ct_len,
         if (ct) {
                 f = record_format_from_mime(ct, ct_len);
                 if (f == RECORD_UNKNOWN) {
+                        /* Escaped: a NUL or a control byte must not make a
+                         * valid type appear in the sentence. */
+                        char shown[80];
+
                         *code = RECORD_ERR_BAD_CONTENT_TYPE;
                         return errbuf_set(err, -EINVAL,
-                                          "content-type '%.*s' is not one of image/x-rgb8, "
+                                          "content-type '%s' is not one of image/x-rgb8, "
                                           "application/x-float32-chw, image/jpeg, image/png, image/webp",
-                                          (int)(ct_len > 64 ? 64 : ct_len), ct);
+                                          errbuf_escape(shown, sizeof(shown), ct, ct_len));
                 }
         } else {
                 f = record_sniff(data, len);

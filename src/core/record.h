@@ -32,6 +32,10 @@ typedef enum record_format {
 #define RECORD_ERR_BAD_CONTENT_TYPE "bad-content-type"
 #define RECORD_ERR_DECODE_FAILED "decode-failed"
 #define RECORD_ERR_TOO_LARGE "too-large"
+/* A JPEG whose decoding would cost more than [decode] max_scan_megapixels
+ * (its scans times its megapixels): a progressive file of hundreds of
+ * nearly empty scans takes seconds and holds up the records around it. */
+#define RECORD_ERR_TOO_COSTLY "too-costly"
 /* Not a property of the bytes: the engine computed non-finite logits for the
  * record (engine.h, ENGINE_TOPK_NONFINITE), so it has no prediction. */
 #define RECORD_ERR_NON_FINITE_OUTPUT "non-finite-output"

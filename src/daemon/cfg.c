@@ -151,6 +151,9 @@ static const cfg_key_t cfg_keys[] = {
           "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in README.md); smaller JPEGs and PNGs are unaffected." },
         { "decode", "exif_orientation", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.exif_orientation),
           "Turn each JPEG, PNG or WebP as its EXIF orientation tag says (the eight orientations: flips and quarter turns) before the resize, as PIL's ImageOps.exif_transpose does, so that a phone's portrait photograph is classified upright. no (the default) ignores the tag, as torchvision does: the records are then identical to torchvision's. An EXIF block that cannot be read is ignored (the image is decoded as stored)." },
+        { "decode", "max_scan_megapixels", CFG_T_INT, "2500", 0, 2147483647, false, false,
+          F(decode.max_scan_megapixels),
+          "The decode cost limit: a JPEG whose scans times its megapixels is over this is refused as too-costly before it is decoded (its scans are counted from its markers). A usual progressive JPEG has 10 scans, a baseline one 1; 499 nearly empty scans of a 49 MP image took 4.8 s and held up the records around it. 0: no limit." },
 };
 
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))

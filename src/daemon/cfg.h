@@ -135,6 +135,7 @@ typedef struct cfg {
                 uint64_t max_bytes;     /* 1KiB..1GiB */
                 bool fast;              /* DCT-domain reduction and fast upsampling for JPEG (decode_set_fast) */
                 bool exif_orientation;  /* turn images as their EXIF says (decode_set_exif_orientation) */
+                int max_scan_megapixels;        /* 0..2^31-1; 0 = no limit (decode_set_max_scan_megapixels) */
         } decode;
 } cfg_t;
 

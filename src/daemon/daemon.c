@@ -86,6 +86,10 @@ struct daemon {
         rd_kafka_topic_partition_list_t *txn_offsets;
         uint64_t txn_opened_us;         /* when the open transaction was first seen; 0 = none */
         bool txn_closing;
+        bool txn_doomed;                /* a delivery failed in the open transaction (a DLQ copy too large
+                                         * for the broker): once the slots are empty it is aborted and the
+                                         * partitions rewound; outputs meanwhile are dropped */
+        int txn_doomed_aborts;          /* such aborts since the last commit (a limit stops a loop) */
         int exit_status;
         uint64_t drain_started_us;
 
@@ -209,6 +213,11 @@ static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
  * log before systemd's timeout would. */
 #define DAEMON_TXN_INIT_MAX_MS 90000
 
+/* Failed transactions aborted and redone in a row, with no commit between,
+ * before the daemon stops: a failure that comes back each time (not a DLQ
+ * copy, which is cut when redone) is not retried for ever. */
+#define DAEMON_TXN_DOOMED_MAX 5
+
 static bool daemon_eos(const daemon_t *d) {
         return d->kafka && kafka_transactional(d->kafka);
 }
@@ -280,6 +289,7 @@ static int daemon_txn_commit(daemon_t *d, bool rewind) {
 
         r = kafka_txn_commit(d->kafka, d->txn_offsets, DAEMON_TXN_TIMEOUT_MS, &err);
         if (r == 0) {
+                d->txn_doomed_aborts = 0;
                 if (n > 0 || d->txn_opened_us)
                         log_debug("Committed transaction: %d partition offset(s)", n);
                 daemon_txn_forget(d);
@@ -305,6 +315,14 @@ static void daemon_txn_maybe_close(daemon_t *d) {
                 d->txn_opened_us = 0;
                 return;
         }
+        if (kafka_txn_failed(d->kafka)) {
+                /* Failed by librdkafka: abort it as soon as the slots
+                 * are empty (daemon_txn_check). */
+                d->txn_doomed = true;
+                d->txn_closing = true;
+                pipeline_set_intake(d->pipeline, false);
+                return;
+        }
         if (!d->txn_opened_us)
                 d->txn_opened_us = t;
         if (t - d->txn_opened_us < (uint64_t)d->cfg->kafka.transaction_max_ms * 1000ULL)
@@ -314,10 +332,34 @@ static void daemon_txn_maybe_close(daemon_t *d) {
 }
 
 /* At the commit point (every output acknowledged, nothing in the slots),
- * commits and opens the intake again. */
+ * commits and opens the intake again. A doomed transaction is aborted as
+ * soon as the slots are empty (its outputs will never be acknowledged), and
+ * the partitions rewound: its records come again, and a DLQ copy the broker
+ * refused is then cut before it is sent (pipeline_delivery_failed). */
 static void daemon_txn_check(daemon_t *d) {
         if (!d->txn_closing || d->exit_status)
                 return;
+        if (kafka_txn_failed(d->kafka))
+                d->txn_doomed = true;
+        if (d->txn_doomed) {
+                if (daemon_records_in_slots(d) > 0)
+                        return;
+                d->txn_doomed = false;
+                if (++d->txn_doomed_aborts > DAEMON_TXN_DOOMED_MAX) {
+                        log_error("The transaction failed %d times in a row, each aborted and its records read "
+                                  "again; stopping", d->txn_doomed_aborts - 1);
+                        daemon_fail(d, 1);
+                        return;
+                }
+                log_warning("The transaction failed (librdkafka: see the line above); aborting it");
+                daemon_txn_abort(d, true);
+                d->txn_closing = false;
+                if (d->exit_status || d->swap_paused_us)
+                        return;
+                pipeline_set_intake(d->pipeline, true);
+                daemon_pump(d);
+                return;
+        }
         if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
             kafka_producer_outstanding(d->kafka) > 0)
                 return;
@@ -488,10 +530,18 @@ static void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_li
         if (daemon_eos(d)) {
                 /* The open transaction ends here, with the offsets of the
                  * records finished above; for lost partitions the group has
-                 * moved on and would refuse them, so it is aborted. */
-                if (lost)
+                 * moved on and would refuse them, so it is aborted. So is
+                 * one with records left unfinished (the deadline passed) or
+                 * doomed: an output becomes visible only in the transaction
+                 * that also commits an offset past its input, and a DLQ copy
+                 * or a prediction that overtook an unfinished record of its
+                 * partition would be committed without its offset, and
+                 * produced again by the next owner. */
+                if (lost || d->txn_doomed || daemon_records_in_slots(d) > 0 ||
+                    batch_offsets_pending(d->offsets) > 0) {
+                        d->txn_doomed = false;
                         daemon_txn_abort(d, false);
-                else
+                } else
                         daemon_txn_commit(d, false);
                 if (d->txn_closing && !d->exit_status) {
                         d->txn_closing = false;
@@ -518,7 +568,7 @@ static void daemon_ticket_done(daemon_t *d, pipeline_ticket_t *t) {
         int32_t partition;
         int64_t next;
         errbuf_t err = {};
-        int r;
+        int r = 0;
 
         if (t->part_id > 0) {
                 r = batch_offsets_done(d->offsets, t->part_id, t->offset, &topic, &partition, &next);
@@ -556,9 +606,38 @@ static void daemon_pipeline_skipped(void *userdata, pipeline_ticket_t *t) {
 static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         daemon_t *d = userdata;
         pipeline_ticket_t *t = m->_private;     /* ours from here: the pipeline handed it over */
+        int r = 0;
 
         if (!t)
                 return;
+        if (m->err && d->pipeline && (r = pipeline_delivery_failed(d->pipeline, m)) == 0)
+                return;         /* a DLQ copy too large: produced again without its value, with t */
+        if (m->err && daemon_eos(d) && (d->txn_doomed || m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                                        m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
+                /* An output of a doomed or aborted transaction: never
+                 * visible, its record comes again after the rewind. */
+                free(t);
+                return;
+        }
+        if (m->err && daemon_eos(d) && r == -ECANCELED) {
+                /* Exactly-once: the broker refused a DLQ copy as too large,
+                 * and librdkafka has doomed the open transaction. It is
+                 * aborted once the slots are empty (daemon_txn_check). */
+                if (!d->txn_doomed)
+                        log_warning_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic),
+                                                       LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
+                                      "The broker refused DLQ copies as too large for '%s' (its "
+                                      "max.message.bytes): aborting the transaction and reading its records "
+                                      "again; copies that large go without their value then",
+                                      d->cfg->kafka.dlq_topic);
+                d->txn_doomed = true;
+                if (!d->txn_closing && !d->draining && d->pipeline) {
+                        d->txn_closing = true;
+                        pipeline_set_intake(d->pipeline, false);
+                }
+                free(t);
+                return;
+        }
         if (m->err) {
                 /* The record's offset is never stored, so everything from it
                  * on in its partition is redelivered after a restart. */
@@ -1206,6 +1285,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.stage_seconds = st.stage_seconds;
         s.stage_names = rectime_stage_names;
         s.n_stages = RECTIME_STAGES;
+        s.dlq_values_omitted = st.dlq_values_omitted;
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;
@@ -1624,6 +1704,7 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                             (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
         if (r < 0)
                 return errbuf_prefix(err, r, "Failed to start the decode threads");
+        decode_pool_set_max_scan_megapixels(d->decode, (uint64_t)d->cfg->decode.max_scan_megapixels);
         log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s%s; their buffers %s of the host budget",
                  plan->decode_threads,
                  plan->decode_threads == 1 ? "" : "s",

@@ -29,6 +29,10 @@ typedef struct kafka_part {
 } kafka_part_t;
 
 #define KAFKA_ERROR_KINDS_MAX 32
+/* A broker that stays down fails every reconnection (librdkafka backs off
+ * from 100 ms to 10 s): each kind of error is logged at most once in this
+ * interval, and the next line says how many were not. */
+#define KAFKA_ERROR_LOG_INTERVAL_US (60ULL * 1000 * 1000)
 #define KAFKA_STATS_INTERVAL_MS "1000"
 
 struct kafka {
@@ -45,12 +49,16 @@ struct kafka {
         bool closed;
         bool transactional;             /* [kafka] delivery = exactly-once */
         bool txn_open;                  /* a transaction was begun and not yet ended */
+        bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
+                                         * it can only be aborted; its unsent outputs wait for the abort */
 
         /* For the metrics (kafka_get_lag, kafka_get_errors). */
         kafka_part_t *parts;
         size_t n_parts, cap_parts;
         metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
         int error_codes[KAFKA_ERROR_KINDS_MAX];
+        uint64_t error_logged_us[KAFKA_ERROR_KINDS_MAX];        /* last line logged; 0 = never */
+        uint64_t error_unlogged[KAFKA_ERROR_KINDS_MAX];         /* since that line */
         size_t n_errors;
         kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
 
@@ -108,17 +116,35 @@ static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t 
 }
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-        (void)rk;
-        /* kafka_auth says it once, with the broker and the mechanism. */
-        if (kafka_auth_is_repeat(fac, buf) && level < LOG_DEBUG)
+        kafka_t *k = rd_kafka_opaque(rk);
+
+        /* librdkafka says that it failed the open transaction (an abortable
+         * error: a delivery failed, or the producer needs an epoch bump) only
+         * in this line; the outputs not yet sent then wait for the abort,
+         * with no delivery report. (Served on the loop thread: log.queue.) */
+        if (k && !strcmp(fac, "TXNERR") && k->transactional && k->txn_open)
+                k->txn_failed = true;
+        /* kafka_auth says it once, with the broker and the mechanism; a
+         * broker failure (FAIL) also comes as an error event
+         * (kafka_error_cb), which logs it once, rate-limited: here both are
+         * only debug detail. */
+        if ((kafka_auth_is_repeat(fac, buf) || !strcmp(fac, "FAIL")) && level < LOG_DEBUG)
                 level = LOG_DEBUG;
         log_full(level, "librdkafka %s: %s", fac, buf);
 }
 
+static uint64_t kafka_now_us(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000;
+}
+
 /* Counts an error under its librdkafka name, lower-cased and without the
  * leading '_' of client-side errors ("_TRANSPORT" -> "transport"); TLS and
- * SASL failures as "tls" and "auth". */
-static void kafka_count_error(kafka_t *k, int err) {
+ * SASL failures as "tls" and "auth". Returns its index in k->errors, or -1
+ * when it could not be counted. */
+static int kafka_count_error(kafka_t *k, int err) {
         const char *name;
         char *label;
         size_t i;
@@ -126,21 +152,24 @@ static void kafka_count_error(kafka_t *k, int err) {
         for (i = 0; i < k->n_errors; i++)
                 if (k->error_codes[i] == err) {
                         k->errors[i].n++;
-                        return;
+                        return (int)i;
                 }
         if (i == KAFKA_ERROR_KINDS_MAX)
-                return;
+                return -1;
         name = kafka_auth_kind(err) ? kafka_auth_kind(err) : rd_kafka_err2name(err);
         while (*name == '_')
                 name++;
         label = strdup(name);
         if (!label)
-                return;
+                return -1;
         for (char *c = label; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
         k->error_codes[i] = err;
         k->errors[i] = (metrics_count_t){ .label = label, .n = 1 };
+        k->error_logged_us[i] = 0;
+        k->error_unlogged[i] = 0;
         k->n_errors++;
+        return (int)i;
 }
 
 /* Whether err says the cluster refused who we are (SASL, SSL, ACLs). */
@@ -168,8 +197,10 @@ static void kafka_health_ok(kafka_t *k) {
 static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
         kafka_t *k = opaque;
         char fatal[512];
+        uint64_t now = kafka_now_us();
+        int i;
 
-        kafka_count_error(k, err);
+        i = kafka_count_error(k, err);
         if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 k->brokers_down = true;
         if (kafka_is_auth_error(err))
@@ -185,8 +216,27 @@ static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *op
                 kafka_auth_on_error(&k->auth, rk, err, reason);
                 return;
         }
-        /* Broker outages come here and recover by themselves. */
-        log_warning("Kafka error (%s): %s", rd_kafka_err2name(err), reason);
+        /* Broker outages come here and recover by themselves. Every one is
+         * counted (inferd_kafka_errors_total); the journal gets one line per
+         * kind a minute at most. */
+        if (i < 0) {
+                log_warning("Kafka error (%s): %s", rd_kafka_err2name(err), reason);
+                return;
+        }
+        if (k->error_logged_us[i] && now - k->error_logged_us[i] < KAFKA_ERROR_LOG_INTERVAL_US) {
+                k->error_unlogged[i]++;
+                return;
+        }
+        if (k->error_unlogged[i])
+                log_warning("Kafka error (%s): %s (and %" PRIu64 " more of this kind not logged in the last %.0f s; "
+                            "at most one line a minute per kind)",
+                            rd_kafka_err2name(err), reason, k->error_unlogged[i],
+                            (double)(now - k->error_logged_us[i]) / 1e6);
+        else
+                log_warning("Kafka error (%s): %s (repeats of this kind are logged at most once a minute)",
+                            rd_kafka_err2name(err), reason);
+        k->error_logged_us[i] = now;
+        k->error_unlogged[i] = 0;
 }
 
 static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
@@ -692,6 +742,13 @@ int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len
                                RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
         if (re == RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 return -ENOBUFS;
+        if (re == RD_KAFKA_RESP_ERR__STATE && k->transactional)
+                return errbuf_set(err, -ECANCELED, "Failed to produce to '%s': the transaction has failed and "
+                                  "must be aborted", topic);
+        if (re == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                return errbuf_set(err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, "
+                                  "value %zu and headers) is over the producer's message.max.bytes", topic,
+                                  key_len + value_len, key_len, value_len);
         if (re)
                 return errbuf_set(err, -EIO, "Failed to produce to '%s': %s", topic, rd_kafka_err2str(re));
         /* headers belong to librdkafka now. */
@@ -766,6 +823,10 @@ bool kafka_txn_is_open(const kafka_t *k) {
         return k->txn_open;
 }
 
+bool kafka_txn_failed(const kafka_t *k) {
+        return k->txn_failed;
+}
+
 /* Sorts a failed transactional call into the classes librdkafka defines and
  * fills err. Takes e (destroys it). */
 static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err) {
@@ -835,6 +896,7 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
         if (e)
                 return kafka_txn_error(e, "begin a transaction", err);
         k->txn_open = true;
+        k->txn_failed = false;
         return 0;
 }
 
@@ -882,6 +944,7 @@ int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
         if (e)
                 return kafka_txn_error(e, "commit the transaction", err);
         k->txn_open = false;
+        k->txn_failed = false;
         return 0;
 }
 
@@ -895,6 +958,7 @@ int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
         if (e)
                 return kafka_txn_error(e, "abort the transaction", err);
         k->txn_open = false;
+        k->txn_failed = false;
         return 0;
 }
 

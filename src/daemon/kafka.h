@@ -99,7 +99,10 @@ bool kafka_is_paused(const kafka_t *k);
 
 /* Produces a copy of value to topic with key and headers (whose ownership
  * moves to librdkafka on success only). -ENOBUFS when the producer's queue is
- * full (poll and retry), other -errno with a sentence otherwise. */
+ * full (poll and retry), -EMSGSIZE when the record is over the producer's
+ * message.max.bytes, -ECANCELED with exactly-once when the open transaction
+ * has failed (a delivery failed in it) and must be aborted, other -errno
+ * with a sentence otherwise. */
 int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
                   size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err);
 
@@ -172,6 +175,10 @@ const char *kafka_get_auth_error(const kafka_t *k);
  *   -EIO        anything else. */
 bool kafka_transactional(const kafka_t *k);
 bool kafka_txn_is_open(const kafka_t *k);
+/* librdkafka failed the open transaction (an abortable error, such as a
+ * delivery refused by the broker): it can only be aborted, and its outputs
+ * not yet sent get no delivery report until then. */
+bool kafka_txn_failed(const kafka_t *k);
 
 /* init_transactions (at start-up; fences an earlier incarnation of the same
  * transactional.id and aborts its open transaction). No-op without EOS.

@@ -266,6 +266,9 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
         fprintf(f, "inferd_records_total{outcome=\"expired\"} %" PRIu64 "\n", s->expired);
         metrics_counts(f, "inferd_dead_letters_total", "code", "Records sent to the DLQ, by their inferd-error code.",
                        s->dead_letters, s->n_dead_letters);
+        metrics_counter(f, "inferd_dlq_values_omitted_total",
+                        "DLQ copies sent without the record's value, which was too large for the DLQ topic.",
+                        s->dlq_values_omitted);
         metrics_counter(f, "inferd_batches_total", "Batches submitted to the engine.", s->batches);
         metrics_histogram(f, "inferd_batch_size", "Records per batch submitted to the engine.", s->batch_size);
         metrics_histogram(f, "inferd_batch_duration_seconds", "A batch's time from engine submit to its results.",

@@ -72,6 +72,7 @@ typedef struct metrics_snapshot {
         /* Records. */
         uint64_t predicted, dead_lettered, batches;
         uint64_t expired;                       /* past max_record_age and skipped (no DLQ copy) */
+        uint64_t dlq_values_omitted;            /* DLQ copies sent without their value (too large) */
         const metrics_count_t *dead_letters;    /* by DLQ code */
         size_t n_dead_letters;
         const metrics_hist_t *batch_size, *batch_seconds, *latency_seconds;     /* NULL: not yet */

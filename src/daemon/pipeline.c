@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/dlq.h"
 #include "daemon/log.h"
 #include "daemon/ratelimit.h"
 #include "core/record.h"
@@ -32,6 +33,7 @@
 static const char *const pipeline_dlq_known[] = {
         RECORD_ERR_BAD_SIZE,    RECORD_ERR_BAD_CONTENT_TYPE,  RECORD_ERR_DECODE_FAILED,
         RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT, RECORD_ERR_EXPIRED,
+        RECORD_ERR_TOO_COSTLY,
 };
 
 struct pipeline {
@@ -94,6 +96,9 @@ struct pipeline {
 
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
+        uint64_t dlq_values_omitted;    /* DLQ copies sent without their value (dlq.h) */
+        size_t dlq_cut_bytes;           /* values of this size or more are left out of DLQ copies at once: the
+                                         * broker refused one that large (SIZE_MAX: none was refused) */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
         metrics_count_t dlq_codes[PIPELINE_DLQ_CODES_MAX];      /* labels: static strings or owned copies */
         size_t n_dlq_codes, n_dlq_known;
@@ -247,6 +252,28 @@ static int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m) {
         return 0;
 }
 
+/* Produces the cut copy of a DLQ record (dlq.h): key kept, no value, the
+ * headers of full (borrowed, may be NULL) cut, under ticket t. Returns 0
+ * (t is librdkafka's) or kafka_produce's -errno. */
+static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_len, const rd_kafka_headers_t *full,
+                                    size_t value_bytes, pipeline_ticket_t *t, errbuf_t *err) {
+        rd_kafka_headers_t *cut = dlq_headers_cut(full, value_bytes);
+        int r;
+
+        if (!cut)
+                return errbuf_set(err, -ENOMEM, "Out of memory cutting a DLQ copy's headers");
+        /* An empty value, not a null one: a null value is a tombstone
+         * (a delete) on a compacted topic. */
+        r = kafka_produce(p->kafka, p->dlq_topic, key, key_len, "", 0, cut, t, err);
+        if (r < 0) {
+                rd_kafka_headers_destroy(cut);
+                return r;
+        }
+        t->dlq_cut_tries = 1;
+        p->dlq_values_omitted++;
+        return 0;
+}
+
 /* part_id of pipeline_dead_letter: the record is not tracked yet. */
 #define PIPELINE_TRACK_NOW (-1)
 
@@ -259,6 +286,7 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         rd_kafka_headers_t *in = NULL, *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
+        bool omitted = false;
         int r;
 
         if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -286,18 +314,30 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         }
         rd_kafka_header_add(h, "inferd-error", -1, code, -1);
         rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
-        r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
+        if (m->len >= p->dlq_cut_bytes)
+                r = -EMSGSIZE;  /* the broker refused one this large */
+        else
+                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
+        if (r == -EMSGSIZE) {
+                /* Too large whole: without the value (dlq.h). h stays ours. */
+                r = pipeline_dlq_produce_cut(p, m->key, m->key_len, h, m->len, t, &err);
+                if (r == 0) {
+                        rd_kafka_headers_destroy(h);
+                        omitted = true;
+                }
+        }
         if (r < 0) {
-                if (r != -ENOBUFS)
+                if (r != -ENOBUFS && r != -ECANCELED)
                         log_error("%s", err.msg);
                 goto fail;
         }
-        /* h and t belong to librdkafka now. */
+        /* h (or its cut copy) and t belong to librdkafka now. */
         t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, m) : part_id;
         pipeline_count_dlq(p, code);
         log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
                                        LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
-                      "Record refused, sent to '%s': %s", p->dlq_topic, detail);
+                      "Record refused, sent to '%s'%s: %s", p->dlq_topic,
+                      omitted ? " without its value (too large for the DLQ)" : "", detail);
         rd_kafka_message_destroy(m);
         return 0;
 fail:
@@ -332,6 +372,12 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
 
                         r = pipeline_dead_letter(p, m, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg,
                                                  e->tag);
+                        if (r == -ECANCELED) {
+                                /* The transaction is doomed: dropped, the
+                                 * rewind brings the record back. */
+                                rd_kafka_message_destroy(m);
+                                r = 0;
+                        }
                         if (r < 0) {
                                 p->slot_produced[slot] = i;
                                 return r;
@@ -364,6 +410,10 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                                                  "the model's output for this record is not finite (a NaN or "
                                                  "infinite logit), so it has no prediction",
                                                  e->tag);
+                        if (r == -ECANCELED) {
+                                rd_kafka_message_destroy(m);
+                                r = 0;
+                        }
                         if (r < 0) {
                                 p->slot_produced[slot] = i;
                                 return r;
@@ -383,6 +433,16 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
                 r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h,
                                   t, &err);
                 free(json);
+                if (r == -ECANCELED) {
+                        /* Exactly-once, the transaction doomed: no output;
+                         * the rewind after the abort brings the record
+                         * back. */
+                        rd_kafka_headers_destroy(h);
+                        free(t);
+                        rd_kafka_message_destroy(m);
+                        e->msg = NULL;
+                        continue;
+                }
                 if (r < 0) {
                         if (r != -ENOBUFS)
                                 log_error("%s", err.msg);
@@ -424,6 +484,56 @@ int pipeline_produce_pending(pipeline_t *p) {
                         return r;
                 }
         }
+        return 0;
+}
+
+int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
+        pipeline_ticket_t *t = m->_private;
+        rd_kafka_headers_t *in = NULL;
+        errbuf_t err = {};
+        int r;
+
+        if (!t || !t->dlq || m->err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                return -EINVAL;
+        if (kafka_transactional(p->kafka)) {
+                if (m->len > 0 && m->len < p->dlq_cut_bytes)
+                        p->dlq_cut_bytes = m->len;
+                return -ECANCELED;
+        }
+        if (rd_kafka_message_headers(m, &in) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                in = NULL;
+        if (t->dlq_cut_tries > 0) {
+                /* Already cut: refused with a larger copy batched beside it
+                 * (the broker refuses the whole batch), or too large even
+                 * so. Once more, as it is; then it stops the daemon. */
+                rd_kafka_headers_t *again = in ? rd_kafka_headers_copy(in) : NULL;
+
+                if (t->dlq_cut_tries > 1 || !again) {
+                        if (again)
+                                rd_kafka_headers_destroy(again);
+                        return -EMSGSIZE;
+                }
+                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, again, t, &err);
+                if (r < 0) {
+                        rd_kafka_headers_destroy(again);
+                        log_error("%s", err.msg);
+                        return r;
+                }
+                t->dlq_cut_tries++;
+                return 0;
+        }
+        if (m->len < p->dlq_cut_bytes)
+                p->dlq_cut_bytes = m->len;
+        r = pipeline_dlq_produce_cut(p, m->key, m->key_len, in, m->len, t, &err);
+        if (r < 0) {
+                log_error("%s", err.msg);
+                return r;
+        }
+        /* t is librdkafka's again. */
+        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
+                      "The broker refused a DLQ copy of %zu bytes as too large for '%s': sent again without its "
+                      "value; copies of %zu bytes or more go without it from now on",
+                      m->len, p->dlq_topic, p->dlq_cut_bytes);
         return 0;
 }
 
@@ -633,6 +743,12 @@ static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms)
         r = pipeline_dead_letter(p, m, RECORD_ERR_EXPIRED, detail, PIPELINE_TRACK_NOW);
         if (r == -ENOBUFS)
                 return r;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: not tracked, so it
+                 * comes again after the rewind. */
+                rd_kafka_message_destroy(m);
+                return 0;
+        }
         if (r < 0) {
                 pipeline_track(p, m);           /* never done: redelivered */
                 rd_kafka_message_destroy(m);
@@ -679,8 +795,13 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 rd_kafka_header_get_last(hdrs, "content-type", &ct, &ct_len);
 
         /* With a decode pool, JPEG and PNG are taken too (record_identify);
-         * without one, they are refused (record_classify). */
-        if (p->decode)
+         * without one, they are refused (record_classify). Two content-types
+         * are refused: which one the producer meant is not guessed. */
+        if (ct && rd_kafka_header_get(hdrs, 1, "content-type", &(const void *){ NULL }, &(size_t){ 0 }) ==
+                          RD_KAFKA_RESP_ERR_NO_ERROR) {
+                code = RECORD_ERR_BAD_CONTENT_TYPE;
+                r = errbuf_set(&err, -EINVAL, "the record has more than one content-type header; one is expected");
+        } else if (p->decode)
                 r = record_identify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         else
                 r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
@@ -688,6 +809,12 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
                 if (r == -ENOBUFS)
                         return r;
+                if (r == -ECANCELED) {
+                        /* Exactly-once, the transaction doomed: not
+                         * tracked, so it comes again after the rewind. */
+                        rd_kafka_message_destroy(m);
+                        return 0;
+                }
                 if (r < 0) {
                         /* Tracked and never done: no later offset of its
                          * partition is stored, so it is redelivered. */
@@ -956,6 +1083,7 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         p->trace_headers = cfg->trace_headers;
         p->timing_header = cfg->timing_header;
         p->last_progress_us = pipeline_now_us();
+        p->dlq_cut_bytes = SIZE_MAX;
         for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)
                 p->dlq_codes[p->n_dlq_codes++] = (metrics_count_t){ .label = pipeline_dlq_known[i] };
         p->n_dlq_known = p->n_dlq_codes;
@@ -1123,6 +1251,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .predictions_out = p->predictions_out,
                 .dlq_out = p->dlq_out,
                 .expired_skipped = p->expired_skipped,
+                .dlq_values_omitted = p->dlq_values_omitted,
                 .batches = p->batches,
                 .batch_records = p->batch_records,
                 .dlq_codes = p->dlq_codes,

@@ -81,6 +81,7 @@ typedef struct pipeline_ticket {
         int64_t offset;         /* of the source record */
         int32_t partition;
         bool dlq;               /* a DLQ copy, not a prediction */
+        int dlq_cut_tries;      /* times this DLQ copy was produced without its value (dlq.h) */
         int64_t timestamp_ms;   /* the source record's Kafka timestamp (epoch ms); -1 = none */
         bool timed;             /* a prediction whose times are read: times is valid */
         rectime_t times;        /* the record's stages up to its batch's results (pipeline_delivered) */
@@ -140,6 +141,7 @@ typedef struct pipeline_stats {
         uint64_t predictions_out;       /* predictions handed to the producer */
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
         uint64_t expired_skipped;       /* past max_record_age, finished without output (skip) */
+        uint64_t dlq_values_omitted;    /* of those, copies sent without their value (too large) */
         uint64_t batches;               /* slots submitted */
         uint64_t batch_records;         /* records in those slots */
         const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */
@@ -203,6 +205,18 @@ int pipeline_decoded(pipeline_t *p);
 /* Retries the DONE slots whose predictions did not all fit the producer.
  * Returns -ENOBUFS while the producer is full, -errno after ops->fail. */
 int pipeline_produce_pending(pipeline_t *p);
+
+/* A delivery report failed (m->err). For a DLQ copy that the broker
+ * refused as too large (MSG_SIZE_TOO_LARGE: the topic's max.message.bytes
+ * is below the producer's message.max.bytes), produces it again without its
+ * value, with large header values cut, and inferd-dlq-value-omitted: the
+ * ticket (m->_private) goes with it, and 0 is returned; copies at least as
+ * large are cut before they are sent from then on. Otherwise (another
+ * error, a prediction, a copy that was already cut) returns -errno and the
+ * ticket stays the caller's. With exactly-once the failed delivery has
+ * doomed the open transaction: -ECANCELED (the copy is cut when the record
+ * comes again, after the abort). */
+int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m);
 
 /* Submits the FILLING slot, if any (a drain or a revoke: no more records
  * will come to fill it). */

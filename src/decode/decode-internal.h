@@ -15,6 +15,7 @@ struct decode {
         uint8_t *input;                 /* terms.input_bytes, or NULL */
         void *jpeg;                     /* a TurboJPEG decompressor (tjhandle), made once */
         bool fast;                      /* [decode] fast: DCT-domain reduction and fast upsampling for JPEG */
+        uint64_t max_scan_megapixels;   /* [decode] max_scan_megapixels; 0 = no limit */
         void *inflater;                 /* a libdeflate decompressor for png_idat.c, made once */
         bool png_own_idat;              /* png_idat.c may decode plain PNGs (on unless a test turns it off) */
         bool exif_orientation;          /* [decode] exif_orientation: turn the image as its EXIF says */

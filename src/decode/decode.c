@@ -33,6 +33,7 @@ int decode_new(decode_t **ret, uint64_t max_pixels, size_t max_bytes, bool input
         if (!d)
                 return errbuf_set(err, -ENOMEM, "out of memory");
         d->max_pixels = max_pixels;
+        d->max_scan_megapixels = DECODE_DEFAULT_MAX_SCAN_MEGAPIXELS;
         d->max_bytes = max_bytes;
         r = plan_decode_terms(max_pixels, input_copy ? max_bytes : 0, &d->terms);
         if (r < 0) {
@@ -107,6 +108,10 @@ void decode_set_fast(decode_t *d, bool fast) {
 
 void decode_set_exif_orientation(decode_t *d, bool on) {
         d->exif_orientation = on;
+}
+
+void decode_set_max_scan_megapixels(decode_t *d, uint64_t megapixels) {
+        d->max_scan_megapixels = megapixels;
 }
 
 void decode_set_png_own_idat(decode_t *d, bool on) {

@@ -67,6 +67,15 @@ void decode_free(decode_t *d);
 #define DECODE_FAST_MIN_SIDE 512
 void decode_set_fast(decode_t *d, bool fast);
 
+/* The decode cost limit ([decode] max_scan_megapixels): a JPEG whose scans
+ * (counted from its markers before decoding) times its pixels is over
+ * max_scan_megapixels x 10^6 is refused as too-costly. TJFLAG_LIMITSCANS
+ * caps the scans at 500, not their cost: 499 nearly empty scans of a 49 MP
+ * image took 4.8 s. 0 = no limit; DECODE_DEFAULT_MAX_SCAN_MEGAPIXELS after
+ * decode_new (50 scans of a 50 MP image; a usual progressive JPEG has 10). */
+#define DECODE_DEFAULT_MAX_SCAN_MEGAPIXELS 2500
+void decode_set_max_scan_megapixels(decode_t *d, uint64_t megapixels);
+
 /* Whether the plain PNGs (8-bit grey, grey+alpha, RGB or RGBA, not
  * interlaced) have their image data inflated by libdeflate and unfiltered
  * by inferd's own SIMD code (png_idat.c) rather than by libspng: on by

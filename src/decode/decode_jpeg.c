@@ -7,6 +7,7 @@
  * TJFLAG_LIMITSCANS refuses progressive files with absurd scan counts, a
  * known way to make libjpeg spin. Not here: the resize (resize.c). */
 #include <errno.h>
+#include <string.h>
 #include <turbojpeg.h>
 
 #include "decode/decode-internal.h"
@@ -56,6 +57,48 @@ static void decode_cmyk_to_rgb(uint8_t *p, size_t n_pixels) {
         }
 }
 
+/* The scans (SOS markers) of a JPEG stream, counted by walking its marker
+ * segments and skipping each scan's entropy-coded data up to the next
+ * marker (a 0xFF not followed by a stuffed 0x00 or a restart marker). A
+ * stream that stops making sense ends the count: the decoder judges it. */
+static uint64_t decode_jpeg_scans(const uint8_t *p, size_t len) {
+        uint64_t scans = 0;
+        size_t i = 2;   /* after SOI */
+
+        while (i + 4 <= len) {
+                uint8_t m;
+
+                if (p[i] != 0xff)
+                        break;
+                m = p[i + 1];
+                if (m == 0xff) {        /* a fill byte */
+                        i++;
+                        continue;
+                }
+                if (m == 0xd9)          /* EOI */
+                        break;
+                if (m == 0x01 || (m >= 0xd0 && m <= 0xd7)) {
+                        i += 2;
+                        continue;
+                }
+                i += 2 + (((size_t)p[i + 2] << 8) | p[i + 3]);
+                if (m != 0xda)
+                        continue;
+                scans++;
+                while (i + 1 < len) {
+                        const uint8_t *f = memchr(p + i, 0xff, len - i - 1);
+
+                        if (!f)
+                                return scans;
+                        i = (size_t)(f - p);
+                        if (p[i + 1] != 0x00 && (p[i + 1] < 0xd0 || p[i + 1] > 0xd7))
+                                break;
+                        i += 2;
+                }
+        }
+        return scans;
+}
+
 /* A failed call can leave TurboJPEG's decompressor mid-stream (2.1's
  * header reader does not abort it), and every later image on the handle
  * then fails with the same message: the handle is replaced after any
@@ -90,6 +133,18 @@ int decode_jpeg(decode_t *d, const uint8_t *data, size_t len, decode_info_t *inf
         r = decode_check_geometry(d, "JPEG", (uint32_t)w, (uint32_t)h, code, err);
         if (r < 0)
                 return r;
+        if (d->max_scan_megapixels) {
+                /* The decode's cost, before any of it is paid. */
+                uint64_t scans = decode_jpeg_scans(data, len), cost = scans * (uint64_t)w * (uint64_t)h;
+
+                if (cost > d->max_scan_megapixels * 1000000ULL) {
+                        *code = RECORD_ERR_TOO_COSTLY;
+                        return errbuf_set(err, -EINVAL, "JPEG: %llu scans of %dx%d pixels, %.0f megapixel-scans, cost "
+                                          "more to decode than [decode] max_scan_megapixels (%llu)",
+                                          (unsigned long long)scans, w, h, (double)cost / 1e6,
+                                          (unsigned long long)d->max_scan_megapixels);
+                }
+        }
         pf = info->channels == 1 ? TJPF_GRAY : info->channels == 4 ? TJPF_CMYK : TJPF_RGB;
         img->full_width = (uint32_t)w;
         img->full_height = (uint32_t)h;

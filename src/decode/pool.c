@@ -87,6 +87,14 @@ static void *decode_worker_main(void *arg) {
         return NULL;
 }
 
+void decode_pool_set_max_scan_megapixels(decode_pool_t *p, uint64_t megapixels) {
+        /* Before the first job: a worker takes its job under this lock, so it sees the value. */
+        pthread_mutex_lock(&p->lock);
+        for (int i = 0; i < p->n_workers; i++)
+                decode_set_max_scan_megapixels(p->workers[i].ctx, megapixels);
+        pthread_mutex_unlock(&p->lock);
+}
+
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
                     bool exif_orientation, size_t capacity, errbuf_t *err) {
         decode_pool_t *p;

@@ -46,6 +46,10 @@ typedef struct decode_job {
 int decode_pool_new(decode_pool_t **ret, int threads, uint64_t max_pixels, size_t max_bytes, bool fast,
                     bool exif_orientation, size_t capacity, errbuf_t *err);
 
+/* Sets every context's decode cost limit (decode_set_max_scan_megapixels);
+ * call it right after decode_pool_new, before the first job. */
+void decode_pool_set_max_scan_megapixels(decode_pool_t *p, uint64_t megapixels);
+
 /* The threads the pool runs and the max_pixels their contexts were made
  * for: fixed from decode_pool_new on (a model swap plans with them). */
 int decode_pool_threads(const decode_pool_t *p);

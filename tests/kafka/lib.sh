@@ -277,3 +277,85 @@ kt_age_test() {
 kt_pass() { echo "PASS $1${2:+ ($2)}"; }
 kt_fail() { echo "FAIL $1: $2"; }
 kt_skip() { echo "SKIP $1: $2"; }
+
+# kt_free_port: a loopback TCP port that nothing listens on now.
+kt_free_port() {
+        /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# kt_dlq_size ID PREFIX NAME [MID_BYTES [INI LINES...]]: poison records whose DLQ copies
+# cannot be produced whole (issue 26, item 1). Two records of 1,000,100
+# random bytes (over the producer's message.max.bytes), one of 777 bytes with
+# a 1 MB header, and with MID_BYTES one of that size (for a DLQ topic whose
+# broker-side max.message.bytes is below it), then two good records. Each
+# DLQ copy must come without its value, keeping the key and the
+# inferd-error headers, with inferd-dlq-value-omitted (and the big header
+# cut and named); the good records are predicted after them; the counters
+# say so; the daemon drains with exit 0. Prints PASS/FAIL lines ID-*.
+# With exactly-once (in the INI lines) the DLQ is read as read_committed
+# (kt_read's default) and the counters may count a record again after an
+# aborted transaction, so they must be at least the number of records.
+kt_dlq_size() {
+        local t=$1 p=$2 n=$3 mid=${4:-} port want why rc m k cmp=-eq c c_dead c_large c_omit
+        shift 3
+        [ $# -gt 0 ] && shift
+        [[ " $* " == *exactly-once* ]] && cmp=-ge
+        port=$(kt_free_port)
+        KT_LISTEN=127.0.0.1:$port kt_config "$n" "$p" "g-$n" "[service]" "log_level = debug" "$@"
+        # The bad records first, so that the good ones wait behind them.
+        kt_produce "$p.images" --count 2 --bad-fraction 1 --bad-bytes 1000100 --keys over \
+                -X message.max.bytes=2000000 -X compression.type=none
+        kt_produce "$p.images" --count 1 --bad-fraction 1 --bad-bytes 777 --header-bytes 1000000 --keys hdr \
+                -X message.max.bytes=2000000
+        want=3
+        if [ -n "$mid" ]; then
+                kt_produce "$p.images" --count 1 --bad-fraction 1 --bad-bytes "$mid" --keys mid -X compression.type=none
+                want=4
+        fi
+        kt_produce "$p.images" --count 2 --keys after
+        kt_start "$n"
+        if ! kt_wait_count "$p.predictions" 2 240 || ! kt_wait_count "$p.dlq" $want 60; then
+                kt_fail "$t-dlq-copies" "$(kt_count "$p.predictions") predictions of 2 and $(kt_count "$p.dlq") DLQ copies of $want; alive: $(kill -0 "$(kt_pid "$n")" 2>/dev/null && echo yes || echo no); log: $(grep -i 'error\|fail' "$KT_DIR/$n.log" | tail -n 2 | tr '\n' ' ')"
+                kill -TERM "$(kt_pid "$n")" 2>/dev/null
+                kt_wait_exit "$n" 60 >/dev/null
+                return
+        fi
+        kt_read "$p.dlq" '%k\t%S\t%h\n' >"$KT_DIR/$n.dlq"
+        why=""
+        for k in over-0:1000100:too-large over-1:1000100:too-large hdr-0:777:bad-size ${mid:+mid-0:$mid:bad-size}; do
+                IFS=: read -r key bytes code <<<"$k"
+                m=$(grep "^$key	" "$KT_DIR/$n.dlq")
+                if [ "$(grep -c . <<<"$m")" != 1 ]; then
+                        why="$why $key: $(grep -c . <<<"$m") copies;"
+                elif [ "$(cut -f2 <<<"$m")" != 0 ] || ! grep -q "inferd-dlq-value-omitted=$bytes" <<<"$m" ||
+                     ! grep -q "inferd-error=$code" <<<"$m" || ! grep -q "correlation-id=cid-" <<<"$m" ||
+                     ! grep -q "inferd-source-offset=" <<<"$m"; then
+                        why="$why $key: $(cut -c1-300 <<<"$m");"
+                fi
+        done
+        if ! grep "^hdr-0	" "$KT_DIR/$n.dlq" | grep -q "inferd-dlq-header-omitted=inferd-test-big=1000000"; then
+                why="$why hdr-0: the 1 MB header is not named as cut;"
+        fi
+        if [ -z "$why" ]; then
+                kt_pass "$t-dlq-copies" "$want copies without their values, keys and inferd-* headers kept"
+        else
+                kt_fail "$t-dlq-copies" "$why"
+        fi
+        m=$(curl -s -m 10 "http://127.0.0.1:$port/metrics")
+        c=$(sed -n 's/^inferd_dlq_values_omitted_total //p;s/^inferd_records_total{outcome="dead_lettered"} //p;s/^inferd_dead_letters_total{code="too-large"} //p' <<<"$m" | tr '\n' ' ')
+        # In /metrics' order: records dead-lettered, too-large ones, values omitted.
+        read -r c_dead c_large c_omit <<<"$c"
+        if [ -n "${c_omit:-}" ] && [ "$c_dead" "$cmp" "$want" ] && [ "$c_large" "$cmp" 2 ] &&
+           [ "$c_omit" "$cmp" "$want" ]; then
+                kt_pass "$t-counted" "$(grep '^inferd_dlq_values_omitted_total\|too-large' <<<"$m" | tr '\n' ' ')"
+        else
+                kt_fail "$t-counted" "$(grep '^inferd_dlq_values_omitted_total\|^inferd_dead_letters_total\|dead_lettered' <<<"$m" | tr '\n' ' ')"
+        fi
+        kill -TERM "$(kt_pid "$n")"
+        rc=$(kt_wait_exit "$n" 60)
+        if [ "$rc" = 0 ] && grep -q "Drained" "$KT_DIR/$n.log"; then
+                kt_pass "$t-drain" "exit 0"
+        else
+                kt_fail "$t-drain" "exit $rc; $(grep -i 'error' "$KT_DIR/$n.log" | tail -n 2 | tr '\n' ' ')"
+        fi
+}

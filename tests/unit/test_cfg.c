@@ -561,6 +561,7 @@ static const char *const design_keys[][2] = {
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
         { "decode", "exif_orientation" },
+        { "decode", "max_scan_megapixels" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
 

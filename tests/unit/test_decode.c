@@ -77,6 +77,50 @@ static decode_t *test_decoder(uint64_t max_pixels, size_t max_bytes) {
         return d;
 }
 
+/* A progressive 4:2:0 JPEG of the test image (libjpeg's default
+ * progression: 10 scans for colour); free() the result. */
+static uint8_t *test_jpeg_progressive(int w, int h, size_t *len) {
+        uint8_t *img = test_image(w, h), *buf = NULL, *out;
+        unsigned long n = 0;
+        tjhandle t = tjInitCompress();
+
+        CU_ASSERT_FATAL(t != NULL);
+        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, 90, TJFLAG_PROGRESSIVE) == 0);
+        out = malloc(n);
+        CU_ASSERT_FATAL(out != NULL);
+        memcpy(out, buf, n);
+        tjFree(buf);
+        tjDestroy(t);
+        free(img);
+        *len = n;
+        return out;
+}
+
+/* The decode cost limit (issue 26, item 5): a JPEG's scans times its
+ * pixels. A progressive JPEG over it is refused as too-costly before a scan
+ * is decoded, naming the scans; under it, and a baseline JPEG (one scan) of
+ * the same size, decode. The limit is in megapixel-scans. */
+static void test_decode_scan_cost(void) {
+        decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);
+        decode_info_t info;
+        const char *code = NULL;
+        size_t pl, bl;
+        uint8_t *p = test_jpeg_progressive(1000, 1000, &pl), *b = test_jpeg(1000, 1000, &bl);
+        errbuf_t err;
+
+        /* 1 MP: 10 scans are 10 megapixel-scans. */
+        decode_set_max_scan_megapixels(d, 5);
+        CU_ASSERT_EQUAL(test_try(d, p, pl, RECORD_JPEG, &code, &err, &info), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_TOO_COSTLY);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "10 scans"));
+        CU_ASSERT_EQUAL(test_try(d, b, bl, RECORD_JPEG, &code, &err, &info), 0);
+        decode_set_max_scan_megapixels(d, 20);
+        CU_ASSERT_EQUAL(test_try(d, p, pl, RECORD_JPEG, &code, &err, &info), 0);
+        free(p);
+        free(b);
+        decode_free(d);
+}
+
 static void test_decode_valid_images(void) {
         decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);
         uint8_t out[224 * 224 * 3];
@@ -511,6 +555,7 @@ int test_decode_register(void) {
                 { "extreme_geometries", test_decode_extreme_geometries },
                 { "planned_memory_against_rss", test_decode_planned_memory_against_rss },
                 { "fast_mode", test_decode_fast_mode },
+                { "scan_cost", test_decode_scan_cost },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("decode", tests);

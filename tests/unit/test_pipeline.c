@@ -46,6 +46,12 @@ typedef struct tp {
         bool hold_timer_held;           /* the test keeps the hold deadline from firing (a late timer) */
         bool engine_stalled;            /* tp_turn reaps nothing: the slots stay in flight */
         int delivered_predictions, delivered_dlq, delivery_errors, assigned;
+        size_t dlq_value_bytes;         /* the last delivered DLQ copy's value */
+        char dlq_omitted[32];           /* ... its inferd-dlq-value-omitted header ("" = none) */
+        char dlq_code[32];              /* ... its inferd-error header */
+        size_t dlq_big_header_bytes;    /* ... its "big" header's value (SIZE_MAX = none) */
+        bool dlq_has_correlation;       /* ... kept the correlation-id header */
+        bool redeliver;                 /* tp_delivered hands failed deliveries to pipeline_delivery_failed */
         int skipped;                    /* ops->skipped: expired records finished without output */
         int64_t next_offset;            /* the highest offset the deliveries made committable (-1 = none) */
 } tp_t;
@@ -105,10 +111,30 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
 
         if (!k)
                 return;
+        if (m->err && t->redeliver && pipeline_delivery_failed(t->pipeline, m) == 0)
+                return;         /* produced again: the ticket went with it */
         if (m->err)
                 t->delivery_errors++;
-        else if (k->dlq)
+        else if (k->dlq) {
+                rd_kafka_headers_t *h = NULL;
+                const void *v;
+                size_t len;
+
                 t->delivered_dlq++;
+                t->dlq_value_bytes = m->len;
+                t->dlq_omitted[0] = 0;
+                t->dlq_big_header_bytes = SIZE_MAX;
+                t->dlq_has_correlation = false;
+                if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                        if (rd_kafka_header_get_last(h, "inferd-dlq-value-omitted", &v, &len) == 0)
+                                snprintf(t->dlq_omitted, sizeof(t->dlq_omitted), "%.*s", (int)len, (const char *)v);
+                        if (rd_kafka_header_get_last(h, "inferd-error", &v, &len) == 0)
+                                snprintf(t->dlq_code, sizeof(t->dlq_code), "%.*s", (int)len, (const char *)v);
+                        if (rd_kafka_header_get_last(h, "big", &v, &len) == 0)
+                                t->dlq_big_header_bytes = len;
+                        t->dlq_has_correlation = rd_kafka_header_get_last(h, "correlation-id", &v, &len) == 0;
+                }
+        }
         else
                 t->delivered_predictions++;
         if (!m->err && !k->dlq)
@@ -182,6 +208,56 @@ static int tp_feed_aged(const char *bootstraps, int n, int bad, const int64_t *a
 
 static int tp_feed_n(const char *bootstraps, int n, int bad) {
         return tp_feed_aged(bootstraps, n, bad, NULL);
+}
+
+/* One record to "tp.in" of value_len bytes (every byte 'x'; no
+ * content-type) with a header "big" of header_len bytes when header_len > 0,
+ * under key "big". The producer may send up to 4 MB. Returns 0 or -1. */
+static int tp_feed_big_ct(const char *bootstraps, size_t value_len, size_t header_len, int n_ct) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char *value = malloc(value_len + 1), *hv = malloc(header_len + 1);
+        rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+        char why[256];
+        rd_kafka_t *rk = NULL;
+        int r = -1;
+
+        if (!value || !hv || !h)
+                goto out;
+        memset(value, 'x', value_len);
+        memset(hv, 'h', header_len);
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "message.max.bytes", "4000000", why, sizeof(why)) != RD_KAFKA_CONF_OK)
+                goto out;
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+        if (!rk)
+                goto out;
+        conf = NULL;    /* rk's now */
+        if (header_len > 0)
+                rd_kafka_header_add(h, "big", -1, hv, (ssize_t)header_len);
+        rd_kafka_header_add(h, "correlation-id", -1, "c-1", -1);
+        for (int i = 0; i < n_ct; i++)
+                rd_kafka_header_add(h, "content-type", -1, "image/x-rgb8", -1);
+        if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0), RD_KAFKA_V_KEY("big", 3),
+                              RD_KAFKA_V_VALUE(value, value_len), RD_KAFKA_V_HEADERS(h),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                h = NULL;       /* rk's now */
+                r = rd_kafka_flush(rk, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -1;
+        }
+out:
+        if (h)
+                rd_kafka_headers_destroy(h);
+        if (rk)
+                rd_kafka_destroy(rk);
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        free(value);
+        free(hv);
+        return r;
+}
+
+/* The same, without a content-type. */
+static int tp_feed_big(const char *bootstraps, size_t value_len, size_t header_len) {
+        return tp_feed_big_ct(bootstraps, value_len, header_len, 0);
 }
 
 /* TP_GOOD RGB8 records and one of a bad size, in the middle, between the
@@ -826,6 +902,116 @@ static void test_pipeline_expired_skipped(void) {
         tp_expired_run(true);
 }
 
+/* Runs the pipeline over what was fed until one DLQ copy (or a failure)
+ * is delivered. */
+static void tp_run_to_dlq(tp_t *t) {
+        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
+
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
+        while (t->delivered_dlq < 1 && !t->fails && !t->delivery_errors && pipeline_now_us() < end)
+                tp_turn(t);
+}
+
+/* A bad record just over the producer's message.max.bytes (1,000,000): its
+ * DLQ copy goes without its value, with the key and headers kept and
+ * inferd-dlq-value-omitted, and its offset is committable. Issue 26, item 1:
+ * the daemon stopped on it, for good. */
+static void test_pipeline_dlq_value_over_the_limit(void) {
+        pipeline_stats_t st;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_big(t.cfg->kafka.brokers, 1000100, 0), 0);
+        tp_run_to_dlq(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_EQUAL(t.dlq_value_bytes, 0);
+        CU_ASSERT_STRING_EQUAL(t.dlq_omitted, "1000100");
+        CU_ASSERT_TRUE(t.dlq_has_correlation);
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.dlq_out, 1);
+        CU_ASSERT_EQUAL(st.dlq_values_omitted, 1);
+        for (size_t i = 0; i < st.n_dlq_codes; i++)
+                if (!strcmp(st.dlq_codes[i].label, RECORD_ERR_TOO_LARGE))
+                        CU_ASSERT_EQUAL(st.dlq_codes[i].n, 1);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
+/* A bad record (3 bytes) with a 1 MB header: its DLQ copy goes without the
+ * value, and the large header's value is cut too (a small one is kept). */
+static void test_pipeline_dlq_big_header(void) {
+        pipeline_stats_t st;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_big(t.cfg->kafka.brokers, 3, 1000000), 0);
+        tp_run_to_dlq(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_EQUAL(t.dlq_value_bytes, 0);
+        CU_ASSERT_STRING_EQUAL(t.dlq_omitted, "3");
+        CU_ASSERT_EQUAL(t.dlq_big_header_bytes, 0);
+        CU_ASSERT_TRUE(t.dlq_has_correlation);
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.dlq_values_omitted, 1);
+        tp_teardown(&t);
+}
+
+/* The broker refuses the DLQ copy as too large (MSG_SIZE_TOO_LARGE: the
+ * topic's max.message.bytes is below the producer's): the delivery report's
+ * failure goes to pipeline_delivery_failed, which produces it again without
+ * the value; it is delivered and its offset committable. */
+static void test_pipeline_dlq_broker_refuses_size(void) {
+        pipeline_stats_t st;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_big(t.cfg->kafka.brokers, 5000, 0), 0);
+        /* The feeder's produce went; the next Produce is the DLQ copy's. */
+        rd_kafka_mock_push_request_errors(t.cluster, 0 /* Produce */, 1, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+        t.redeliver = true;
+        tp_run_to_dlq(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_EQUAL(t.dlq_value_bytes, 0);
+        CU_ASSERT_STRING_EQUAL(t.dlq_omitted, "5000");
+        CU_ASSERT_TRUE(t.dlq_has_correlation);
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.dlq_out, 1);
+        CU_ASSERT_EQUAL(st.dlq_values_omitted, 1);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
+/* An RGB8 record of the right size with two content-type headers (both
+ * image/x-rgb8) is refused as bad-content-type: which one holds is not
+ * guessed (issue 26, item 7: the last won silently). */
+static void test_pipeline_two_content_types_refused(void) {
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_big_ct(t.cfg->kafka.brokers, RECORD_RGB8_BYTES, 0, 2), 0);
+        tp_run_to_dlq(&t);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_STRING_EQUAL(t.dlq_code, RECORD_ERR_BAD_CONTENT_TYPE);
+        CU_ASSERT_EQUAL(t.dlq_value_bytes, RECORD_RGB8_BYTES);
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        tp_teardown(&t);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
@@ -839,6 +1025,10 @@ int test_pipeline_register(void) {
                 { "drain_while_holding", test_pipeline_drain_while_holding },
                 { "expired_to_dlq", test_pipeline_expired_to_dlq },
                 { "expired_skipped", test_pipeline_expired_skipped },
+                { "dlq_value_over_the_limit", test_pipeline_dlq_value_over_the_limit },
+                { "dlq_big_header", test_pipeline_dlq_big_header },
+                { "dlq_broker_refuses_size", test_pipeline_dlq_broker_refuses_size },
+                { "two_content_types_refused", test_pipeline_two_content_types_refused },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);

@@ -49,6 +49,22 @@ static void test_record_uses_content_type(void) {
         free(buf);
 }
 
+/* A NUL (or any byte that is not printable ASCII) inside the content-type
+ * is escaped in the refusal's sentence, so that the DLQ detail does not
+ * quote a valid type (issue 26, item 7). */
+static void test_record_content_type_escaped(void) {
+        static const char ct[] = "image/x-rgb8\0junk\n";
+        unsigned char *buf = calloc(1, RECORD_RGB8_BYTES);
+        record_format_t f;
+        const char *code = NULL;
+        errbuf_t err = {};
+
+        CU_ASSERT_EQUAL(record_classify(buf, RECORD_RGB8_BYTES, ct, sizeof(ct) - 1, &f, &code, &err), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_BAD_CONTENT_TYPE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'image/x-rgb8\\x00junk\\x0a' is not one of"));
+        free(buf);
+}
+
 static void test_record_refuses_encoded_images(void) {
         unsigned char jpeg[64] = { 0xff, 0xd8, 0xff, 0xe0 }, png[64] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
         record_format_t f;
@@ -109,6 +125,7 @@ int test_record_register(void) {
         static CU_TestInfo tests[] = {
                 { "sniffs_by_size", test_record_sniffs_by_size },
                 { "uses_content_type", test_record_uses_content_type },
+                { "content_type_escaped", test_record_content_type_escaped },
                 { "refuses_encoded_images", test_record_refuses_encoded_images },
                 { "identifies_encoded_images", test_record_identifies_encoded_images },
                 CU_TEST_INFO_NULL,
