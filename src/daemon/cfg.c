@@ -140,6 +140,16 @@ static const cfg_key_t cfg_keys[] = {
         { "metrics", "auth_healthz", CFG_T_BOOL, "no", 0, 0, false, false, F(metrics.auth_healthz),
           "yes: the probes (/healthz, /livez, /readyz) need basic auth too; no leaves them open for "
           "load balancers and kubelets (they tell only whether the daemon is alive and ready, and why not)." },
+        { "metrics", "max_connections", CFG_T_INT, "32", 1, 10000, false, false, F(metrics.max_connections),
+          "Connections the endpoint holds at once; one more is accepted and closed at once. A scraper or a "
+          "health check holds one for milliseconds (or one kept alive between scrapes)." },
+        { "metrics", "max_connections_per_ip", CFG_T_INT, "8", 0, 10000, false, false,
+          F(metrics.max_connections_per_ip),
+          "Connections one client address may hold at once, so that one client cannot take them all; "
+          "0: only max_connections." },
+        { "metrics", "timeout_s", CFG_T_INT, "10", 1, 3600, false, false, F(metrics.timeout_s),
+          "A connection idle this long is closed (Prometheus's default scrape_timeout is 10 s). A "
+          "client that sends a byte now and then stays, within the connection limits." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
           "JPEG/PNG decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },

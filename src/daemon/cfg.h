@@ -127,6 +127,9 @@ typedef struct cfg {
                 char tls_key[PATH_MAX];         /* PEM, unencrypted */
                 char basic_auth_users[PATH_MAX];        /* user:bcrypt lines; "" = no auth */
                 bool auth_healthz;      /* basic auth on /healthz too */
+                int max_connections;    /* 1..10000 held at once */
+                int max_connections_per_ip;     /* 0..10000; 0 = no limit of its own */
+                int timeout_s;          /* 1..3600: an idle connection is closed */
         } metrics;
 
         struct {
