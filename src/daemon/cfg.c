@@ -16,9 +16,14 @@
 #include <string.h>
 #include <syslog.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <iniparser.h>
 
+#include "core/textfile.h"
 #include "core/units.h"
+#include "daemon/cfg_lines.h"
 
 typedef enum cfg_type {
         CFG_T_STRING,           /* non-empty text */
@@ -35,6 +40,7 @@ typedef enum cfg_type {
         CFG_T_LISTEN,           /* host:port, or "" for off */
         CFG_T_DURATION,         /* a duration with a unit ("90s", "10m") or 0, in [min, max] ms */
         CFG_T_AGE_ACTION,       /* dlq or skip */
+        CFG_T_BROKERS,          /* host:port[,host:port...] */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -68,7 +74,7 @@ static const cfg_key_t cfg_keys[] = {
         { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
           "Classes per prediction, most probable first." },
 
-        { "kafka", "brokers", CFG_T_STRING, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
+        { "kafka", "brokers", CFG_T_BROKERS, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
           "Bootstrap servers, host:port[,host:port...]." },
         { "kafka", "group_id", CFG_T_STRING, "inferd", 0, 0, false, false, F(kafka.group_id),
           "Consumer group; instances in one group share the input partitions." },
@@ -227,6 +233,7 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_LISTEN: return "address";
         case CFG_T_DURATION: return "duration";
         case CFG_T_AGE_ACTION: return "dlq or skip";
+        case CFG_T_BROKERS: return "addresses";
         }
         return "?";
 }
@@ -275,6 +282,33 @@ static bool cfg_topic_valid(const char *s) {
         return true;
 }
 
+/* A bootstrap list: host:port entries, each as units_parse_listen reads
+ * them, separated by commas (spaces around them allowed). */
+static int cfg_brokers_check(const char *v, errbuf_t *err) {
+        const char *p = v;
+
+        for (int i = 1;; i++) {
+                const char *comma = strchr(p, ','), *e = comma ? comma : p + strlen(p), *s = p;
+                char entry[CFG_STRING_MAX];
+
+                while (s < e && isspace((unsigned char)*s))
+                        s++;
+                while (e > s && isspace((unsigned char)e[-1]))
+                        e--;
+                if (s == e)
+                        return errbuf_set(err, -EINVAL, "'%s' is not host:port[,host:port...]: entry %d is empty", v,
+                                          i);
+                snprintf(entry, sizeof(entry), "%.*s", (int)(e - s), s);
+                if (units_parse_listen(entry, NULL, 0, NULL) < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not host:port[,host:port...]: '%s' is not host:port (port 1..65535, "
+                                          "an IPv6 host in brackets)", v, entry);
+                if (!comma)
+                        return 0;
+                p = comma + 1;
+        }
+}
+
 /* Parses v as key k into c. On error, writes the sentence after
  * "<file>: [section] key: " into err and returns -EINVAL. */
 static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
@@ -286,11 +320,14 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
         case CFG_T_STRING:
         case CFG_T_TOPIC:
         case CFG_T_PATH:
+        case CFG_T_BROKERS:
                 if (*v == '\0' && !(k->type == CFG_T_PATH && k->optional))
                         return errbuf_set(err, -EINVAL, "must not be empty");
                 if (strlen(v) >= k->size)
                         return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
                                           k->size - 1);
+                if (k->type == CFG_T_BROKERS && (r = cfg_brokers_check(v, err)) < 0)
+                        return r;
                 if (k->type == CFG_T_TOPIC && !cfg_topic_valid(v))
                         return errbuf_set(err, -EINVAL,
                                           "'%s' is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", v);
@@ -442,6 +479,7 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
         case CFG_T_PATH:
         case CFG_T_BUDGET:
         case CFG_T_LISTEN:
+        case CFG_T_BROKERS:
                 return field;
         case CFG_T_INT:
                 snprintf(buf, len, "%d", *(const int *)field);
@@ -595,32 +633,67 @@ static cfg_kv_list_t *cfg_passthrough_list(cfg_t *c, const char *section) {
         return NULL;
 }
 
+/* iniparser 4.1 reads only a path: it gets the bytes already read and
+ * checked, through a memfd, so that what it parses is what was checked
+ * (and never a FIFO or a device swapped in meanwhile). */
+static int cfg_ini_load(dictionary **ret, const char *path, const char *text, size_t len, errbuf_t *err) {
+        char fd_path[64];
+        size_t done = 0;
+        int fd, r;
+
+        fd = memfd_create("inferd-config", MFD_CLOEXEC);
+        if (fd < 0)
+                return errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
+        while (done < len) {
+                ssize_t k = write(fd, text + done, len - done);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        r = errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
+                        close(fd);
+                        return r;
+                }
+                done += (size_t)k;
+        }
+        snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", fd);
+        cfg_ini_error[0] = '\0';
+        iniparser_set_error_callback(cfg_on_ini_error);
+        *ret = iniparser_load(fd_path);
+        iniparser_set_error_callback(NULL);
+        close(fd);
+        if (!*ret)
+                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
+        if (cfg_ini_error[0]) {
+                /* iniparser 4.1 returns what it parsed along with the error. */
+                iniparser_freedict(*ret);
+                *ret = NULL;
+                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
+        }
+        return 0;
+}
+
 int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
         bool seen[CFG_NKEYS] = { false };
         dictionary *d = NULL;
         cfg_t *c = NULL;
-        FILE *f;
+        char *text = NULL;
+        size_t len;
         int r;
 
         assert(ret && path);
 
-        /* iniparser says only "cannot open"; find out why ourselves. */
-        f = fopen(path, "re");
-        if (!f)
-                return errbuf_set(err, -errno, "%s: cannot open the config file: %s", path, strerror(errno));
-        fclose(f);
-
-        cfg_ini_error[0] = '\0';
-        iniparser_set_error_callback(cfg_on_ini_error);
-        d = iniparser_load(path);
-        iniparser_set_error_callback(NULL);
-        if (!d)
-                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
-        if (cfg_ini_error[0]) {
-                /* iniparser 4.1 returns what it parsed along with the error. */
-                r = errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
-                goto fail;
-        }
+        /* A regular file of at most 1 MiB, read once: a FIFO or /dev/zero
+         * would hang iniparser_load for good. */
+        r = textfile_read(path, TEXTFILE_MAX_BYTES, "config file", &text, &len, err);
+        if (r < 0)
+                return r;
+        r = cfg_lines_check(path, text, len, err);
+        if (r >= 0)
+                r = cfg_ini_load(&d, path, text, len, err);
+        free(text);
+        if (r < 0)
+                return r;
 
         r = cfg_new_defaults(&c);
         if (r < 0) {
@@ -832,6 +905,8 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return buf;
         case CFG_T_AGE_ACTION:
                 return "dlq, skip";
+        case CFG_T_BROKERS:
+                return "host:port[,host:port...]";
         }
         return "";
 }
@@ -850,6 +925,13 @@ int cfg_write_reference(FILE *out) {
                 "SIGHUP, keeps its running configuration). Unquoted values end at `;` or `#` (a\n"
                 "comment): quote a value that contains them.\n"
                 "\n"
+                "The file must be a regular file of at most 1 MiB (a FIFO, a device or a directory is\n"
+                "refused before it is read), and a line at most %d characters. Every line is a\n"
+                "`[section]`, `key = value`, a comment (`;` or `#`) or blank; a line that ends in `\\`\n"
+                "goes on to the next. CRLF line ends read as LF. A key set twice in one section with\n"
+                "another value is an error naming both lines (the same value twice is not). A NUL\n"
+                "byte is an error.\n"
+                "\n"
                 "**Live** keys take effect on `systemctl reload` (SIGHUP). A change to any other key is\n"
                 "logged as needing a restart and is not applied.\n"
                 "\n"
@@ -859,7 +941,8 @@ int cfg_write_reference(FILE *out) {
                 "or `d` (`90s`, `10m`), or `0`.\n"
                 "\n"
                 "| Section | Key | Type | Default | Range | Live | Description |\n"
-                "|---|---|---|---|---|---|---|\n");
+                "|---|---|---|---|---|---|---|\n",
+                CFG_LINE_MAX);
         for (size_t i = 0; i < CFG_NKEYS; i++) {
                 const cfg_key_t *k = &cfg_keys[i];
                 char range[96];
