@@ -140,6 +140,12 @@ typedef struct cfg {
         } decode;
 } cfg_t;
 
+/* Opens the weights and the labels c names and checks them without loading
+ * them: the weights with model_check (the safetensors header, every
+ * tensor's name, dtype and shape), the labels' count. For --check-config.
+ * Returns 0, or -errno with "<file>: [model] key: <path>: ..." in err. */
+int cfg_check_model_files(const cfg_t *c, errbuf_t *err);
+
 /* Reads and validates path. On success *ret is a new cfg_t (free it with
  * cfg_free). Errors, each with a sentence in err naming the path (and the
  * section and key when there is one):
