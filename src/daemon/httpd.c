@@ -40,10 +40,15 @@
 
 #define HTTPD_BACKLOG 64
 
+/* After accept fails for want of a resource (EMFILE, ENFILE, ENOBUFS,
+ * ENOMEM), the listening socket stays readable: it is left alone this long
+ * instead of being retried on every loop turn. */
+#define HTTPD_ACCEPT_RETRY_US (100 * 1000ULL)
+
 struct httpd {
         struct MHD_Daemon *mhd;
         int listen_fd;                  /* owned */
-        sd_event_source *io, *accept_io, *timer;
+        sd_event_source *io, *accept_io, *accept_retry, *timer;
         httpd_handler_fn handler;
         void *userdata;
         httpd_auth_t *auth;             /* owned; NULL = no basic auth */
@@ -103,12 +108,20 @@ static void httpd_accept(httpd_t *h) {
                 socklen_t len = sizeof(addr);
                 int fd = accept4(h->listen_fd, (struct sockaddr *)&addr, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
-                if (fd < 0) {
-                        /* EAGAIN: none left. EMFILE and the like: the
-                         * connection stays queued, and the socket stays
-                         * readable, so the next loop turn tries again. */
-                        return;
+                if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+                        continue;
+                if (fd < 0 && errno != EAGAIN) {
+                        /* EMFILE and the like: the connection stays queued;
+                         * try again shortly, not on every loop turn. */
+                        uint64_t now;
+
+                        sd_event_now(sd_event_source_get_event(h->accept_io), CLOCK_MONOTONIC, &now);
+                        sd_event_source_set_enabled(h->accept_io, SD_EVENT_OFF);
+                        sd_event_source_set_time(h->accept_retry, now + HTTPD_ACCEPT_RETRY_US);
+                        sd_event_source_set_enabled(h->accept_retry, SD_EVENT_ONESHOT);
                 }
+                if (fd < 0)
+                        return;
                 /* fd belongs to libmicrohttpd from here, also on MHD_NO. */
                 (void)MHD_add_connection(h->mhd, fd, (struct sockaddr *)&addr, len);
         }
@@ -123,6 +136,15 @@ static int httpd_on_accept(sd_event_source *s, int fd, uint32_t revents, void *u
         httpd_accept(h);
         MHD_run(h->mhd);
         httpd_rearm(h);
+        return 0;
+}
+
+static int httpd_on_accept_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        httpd_t *h = userdata;
+
+        (void)s;
+        (void)usec;
+        sd_event_source_set_enabled(h->accept_io, SD_EVENT_ON);
         return 0;
 }
 
@@ -330,6 +352,8 @@ int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, co
         }
         if ((r = sd_event_add_io(event, &h->io, info->epoll_fd, EPOLLIN, httpd_on_io, h)) < 0 ||
             (r = sd_event_add_io(event, &h->accept_io, h->listen_fd, EPOLLIN, httpd_on_accept, h)) < 0 ||
+            (r = sd_event_add_time(event, &h->accept_retry, CLOCK_MONOTONIC, 0, 0, httpd_on_accept_retry, h)) < 0 ||
+            (r = sd_event_source_set_enabled(h->accept_retry, SD_EVENT_OFF)) < 0 ||
             (r = sd_event_add_time(event, &h->timer, CLOCK_MONOTONIC, 0, 0, httpd_on_timer, h)) < 0) {
                 errbuf_set(err, r, "Failed to add the HTTP server's event sources: %s", strerror(-r));
                 goto fail;
@@ -348,6 +372,7 @@ void httpd_free(httpd_t *h) {
         /* The sources go before the daemon whose epoll fd they watch. */
         sd_event_source_disable_unref(h->io);
         sd_event_source_disable_unref(h->accept_io);
+        sd_event_source_disable_unref(h->accept_retry);
         sd_event_source_disable_unref(h->timer);
         if (h->mhd)
                 MHD_stop_daemon(h->mhd);
