@@ -11,13 +11,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <iniparser.h>
 
@@ -570,46 +567,6 @@ int cfg_new_defaults(cfg_t **ret) {
         return 0;
 }
 
-/* iniparser reports syntax errors only through a process-wide printf-like
- * callback; this keeps its first message of the current cfg_load, per thread,
- * so that it can go into the errbuf instead of onto stderr. */
-static __thread char cfg_ini_error[256];
-
-static int cfg_on_ini_error(const char *fmt, ...) {
-        va_list ap;
-
-        if (cfg_ini_error[0])
-                return 0;
-        va_start(ap, fmt);
-        vsnprintf(cfg_ini_error, sizeof(cfg_ini_error), fmt, ap);
-        va_end(ap);
-        return 0;
-}
-
-/* iniparser's "iniparser: syntax error in <path> (3):\n-> text\n" becomes
- * "line 3: syntax error: 'text'"; anything else loses its prefix and
- * newlines. */
-static const char *cfg_ini_error_text(const char *path) {
-        static __thread char out[sizeof(cfg_ini_error) + 64];
-        char *p = cfg_ini_error, *q;
-        size_t plen = strlen(path);
-        int line;
-
-        if (strncmp(p, "iniparser: ", 11) == 0)
-                p += 11;
-        for (q = p; *q; q++)
-                if (*q == '\n')
-                        *q = ' ';
-        while (q > p && q[-1] == ' ')
-                *--q = '\0';
-        if (strncmp(p, "syntax error in ", 16) == 0 && strncmp(p + 16, path, plen) == 0 &&
-            sscanf(p + 16 + plen, " (%d):", &line) == 1 && (q = strstr(p, "-> "))) {
-                snprintf(out, sizeof(out), "line %d: syntax error: '%s'", line, q + 3);
-                return out;
-        }
-        return *p ? p : "cannot parse the file";
-}
-
 static int cfg_check_passthrough(const char *path, const char *section, const char *name, errbuf_t *err) {
         /* [kafka.client] reaches both clients: the keys of either are reserved. */
         bool client = strcmp(section, CFG_SECTION_CLIENT) == 0;
@@ -633,46 +590,6 @@ static cfg_kv_list_t *cfg_passthrough_list(cfg_t *c, const char *section) {
         return NULL;
 }
 
-/* iniparser 4.1 reads only a path: it gets the bytes already read and
- * checked, through a memfd, so that what it parses is what was checked
- * (and never a FIFO or a device swapped in meanwhile). */
-static int cfg_ini_load(dictionary **ret, const char *path, const char *text, size_t len, errbuf_t *err) {
-        char fd_path[64];
-        size_t done = 0;
-        int fd, r;
-
-        fd = memfd_create("inferd-config", MFD_CLOEXEC);
-        if (fd < 0)
-                return errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
-        while (done < len) {
-                ssize_t k = write(fd, text + done, len - done);
-
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0) {
-                        r = errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
-                        close(fd);
-                        return r;
-                }
-                done += (size_t)k;
-        }
-        snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", fd);
-        cfg_ini_error[0] = '\0';
-        iniparser_set_error_callback(cfg_on_ini_error);
-        *ret = iniparser_load(fd_path);
-        iniparser_set_error_callback(NULL);
-        close(fd);
-        if (!*ret)
-                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
-        if (cfg_ini_error[0]) {
-                /* iniparser 4.1 returns what it parsed along with the error. */
-                iniparser_freedict(*ret);
-                *ret = NULL;
-                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
-        }
-        return 0;
-}
-
 int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
         bool seen[CFG_NKEYS] = { false };
         dictionary *d = NULL;
@@ -690,7 +607,7 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                 return r;
         r = cfg_lines_check(path, text, len, err);
         if (r >= 0)
-                r = cfg_ini_load(&d, path, text, len, err);
+                r = cfg_lines_parse(&d, path, text, len, err);
         free(text);
         if (r < 0)
                 return r;

@@ -1,8 +1,11 @@
-/* cfg_lines: the config file's lines checked before iniparser reads them.
- * See cfg_lines.h. */
+/* cfg_lines: the config file's lines checked before iniparser reads them,
+ * then handed to iniparser. See cfg_lines.h. */
 #include "daemon/cfg_lines.h"
 
 #include <ctype.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -165,4 +168,84 @@ int cfg_lines_check(const char *path, const char *text, size_t len, errbuf_t *er
         }
         free(s.seen);
         return r;
+}
+
+/* iniparser reports syntax errors only through a process-wide printf-like
+ * callback; this keeps its first message of the current cfg_load, per thread,
+ * so that it can go into the errbuf instead of onto stderr. */
+static __thread char cfg_ini_error[256];
+
+static int cfg_on_ini_error(const char *fmt, ...) {
+        va_list ap;
+
+        if (cfg_ini_error[0])
+                return 0;
+        va_start(ap, fmt);
+        vsnprintf(cfg_ini_error, sizeof(cfg_ini_error), fmt, ap);
+        va_end(ap);
+        return 0;
+}
+
+/* iniparser's "iniparser: syntax error in <path> (3):\n-> text\n" becomes
+ * "line 3: syntax error: 'text'"; anything else loses its prefix and
+ * newlines. */
+static const char *cfg_ini_error_text(const char *path) {
+        static __thread char out[sizeof(cfg_ini_error) + 64];
+        char *p = cfg_ini_error, *q;
+        size_t plen = strlen(path);
+        int line;
+
+        if (strncmp(p, "iniparser: ", 11) == 0)
+                p += 11;
+        for (q = p; *q; q++)
+                if (*q == '\n')
+                        *q = ' ';
+        while (q > p && q[-1] == ' ')
+                *--q = '\0';
+        if (strncmp(p, "syntax error in ", 16) == 0 && strncmp(p + 16, path, plen) == 0 &&
+            sscanf(p + 16 + plen, " (%d):", &line) == 1 && (q = strstr(p, "-> "))) {
+                snprintf(out, sizeof(out), "line %d: syntax error: '%s'", line, q + 3);
+                return out;
+        }
+        return *p ? p : "cannot parse the file";
+}
+
+/* iniparser 4.1 reads only a path: it gets the bytes already read and
+ * checked, through a memfd, so that what it parses is what was checked
+ * (and never a FIFO or a device swapped in meanwhile). */
+int cfg_lines_parse(dictionary **ret, const char *path, const char *text, size_t len, errbuf_t *err) {
+        char fd_path[64];
+        size_t done = 0;
+        int fd, r;
+
+        fd = memfd_create("inferd-config", MFD_CLOEXEC);
+        if (fd < 0)
+                return errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
+        while (done < len) {
+                ssize_t k = write(fd, text + done, len - done);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        r = errbuf_set(err, -errno, "%s: cannot make a copy to parse: %s", path, strerror(errno));
+                        close(fd);
+                        return r;
+                }
+                done += (size_t)k;
+        }
+        snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", fd);
+        cfg_ini_error[0] = '\0';
+        iniparser_set_error_callback(cfg_on_ini_error);
+        *ret = iniparser_load(fd_path);
+        iniparser_set_error_callback(NULL);
+        close(fd);
+        if (!*ret)
+                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
+        if (cfg_ini_error[0]) {
+                /* iniparser 4.1 returns what it parsed along with the error. */
+                iniparser_freedict(*ret);
+                *ret = NULL;
+                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(fd_path));
+        }
+        return 0;
 }

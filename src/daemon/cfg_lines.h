@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include <iniparser.h>
+
 #include "core/errbuf.h"
 
 /* The longest line (its continuations included, without the line end)
@@ -24,5 +26,11 @@
 /* Checks len bytes of text, the file at path. Returns 0, or -EINVAL with
  * "<path>: [section] key: line N: ..." in err. */
 int cfg_lines_check(const char *path, const char *text, size_t len, errbuf_t *err);
+
+/* Parses the len bytes of text (checked by cfg_lines_check), the file at
+ * path, with iniparser (which reads only a path: it gets them through a
+ * memfd). Returns 0 with *ret a new dictionary, or -errno with iniparser's
+ * first message, as "<path>: line N: syntax error: '...'", in err. */
+int cfg_lines_parse(dictionary **ret, const char *path, const char *text, size_t len, errbuf_t *err);
 
 #endif
