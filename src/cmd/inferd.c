@@ -283,6 +283,12 @@ int main(int argc, char **argv) {
 
         log_setup(NULL, LOG_TARGET_AUTO);
         r = check_config(path, &c, &err);
+        if (r >= 0 && check) {
+                /* Only here: --plan and --print-config need no weights. */
+                r = cfg_check_model_files(c, &err);
+                if (r < 0)
+                        cfg_free(c);
+        }
         if (r < 0) {
                 if (check || print || partitions)
                         fprintf(stderr, "inferd: %s\n", err.msg);

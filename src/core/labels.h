@@ -9,8 +9,9 @@
 
 typedef struct labels labels_t;
 
-/* Reads path, which must hold exactly `classes` non-empty lines (a final
- * newline is optional). Returns 0, or -errno with a sentence in err. */
+/* Reads path, a regular file of at most TEXTFILE_MAX_BYTES, which must hold
+ * exactly `classes` non-empty lines (a final newline is optional; CRLF is
+ * read as LF). Returns 0, or -errno with a sentence in err. */
 int labels_load(labels_t **ret, const char *path, int classes, errbuf_t *err);
 
 /* NULL is a no-op. */

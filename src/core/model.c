@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,7 +201,8 @@ int model_find_op(const model_t *m, const char *name) {
 }
 
 /* Finds name in f and checks dtype and shape; converts it to float into a
- * malloc'd buffer in *ret. */
+ * malloc'd buffer in *ret, unless ret is NULL (a check only: nothing read
+ * beyond the header). */
 static int model_take(const st_file_t *f, const char *name, unsigned ndim, const int64_t *shape, float **ret,
                       errbuf_t *err) {
         const st_tensor_t *t = st_find(f, name);
@@ -221,6 +223,8 @@ static int model_take(const st_file_t *f, const char *name, unsigned ndim, const
         if (t->ndim != ndim || memcmp(t->shape, shape, ndim * sizeof(int64_t)) != 0)
                 return errbuf_set(err, -EINVAL, "%s: tensor '%s' has shape [%s]; expected [%s]", st_name(f), name,
                                   got, want);
+        if (!ret)
+                return 0;
         buf = malloc(t->numel * sizeof(float));
         if (!buf)
                 return errbuf_set(err, -ENOMEM, "%s: out of memory reading '%s'", st_name(f), name);
@@ -245,18 +249,21 @@ static int model_fold_conv(model_t *m, const model_op_t *op, const st_file_t *f,
         int64_t wshape[4] = { op->cout, op->cin, op->kh, op->kw }, bshape[1] = { op->cout };
         float *w = NULL, *bnv[4] = { NULL, NULL, NULL, NULL };
         char name[MODEL_NAME_MAX + 16];
+        bool fold = m->weights != NULL;         /* else a check of the names, dtypes and shapes only */
         int r;
 
         snprintf(name, sizeof(name), "%s.weight", op->name);
-        r = model_take(f, name, 4, wshape, &w, err);
+        r = model_take(f, name, 4, wshape, fold ? &w : NULL, err);
         if (r < 0)
                 return r;
         for (int i = 0; i < 4; i++) {
                 snprintf(name, sizeof(name), "%s.%s", op->bn, bn_parts[i]);
-                r = model_take(f, name, 1, bshape, &bnv[i], err);
+                r = model_take(f, name, 1, bshape, fold ? &bnv[i] : NULL, err);
                 if (r < 0)
                         goto out;
         }
+        if (!fold)
+                goto out;
         for (int o = 0; o < op->cout; o++) {
                 double var = bnv[3][o], scale;
 
@@ -287,13 +294,14 @@ out:
 static int model_fold_fc(model_t *m, const model_op_t *op, const st_file_t *f, errbuf_t *err) {
         int64_t wshape[2] = { op->cout, op->cin }, bshape[1] = { op->cout };
         float *w = NULL, *b = NULL;
+        bool fold = m->weights != NULL;         /* else a check only */
         int r;
 
-        r = model_take(f, "fc.weight", 2, wshape, &w, err);
+        r = model_take(f, "fc.weight", 2, wshape, fold ? &w : NULL, err);
         if (r < 0)
                 return r;
-        r = model_take(f, "fc.bias", 1, bshape, &b, err);
-        if (r < 0) {
+        r = model_take(f, "fc.bias", 1, bshape, fold ? &b : NULL, err);
+        if (r < 0 || !fold) {
                 free(w);
                 return r;
         }
@@ -330,7 +338,10 @@ static int model_expects(const model_t *m, const char *name) {
         return 0;
 }
 
-int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
+/* model_load_st, or with fold false model_check_st: the same checks of the
+ * architecture, names, dtypes and shapes, without reading or folding the
+ * values. */
+static int model_read_st(model_t **ret, const st_file_t *f, bool fold, errbuf_t *err) {
         model_arch_t arch;
         model_t *m = NULL;
         int r;
@@ -341,9 +352,11 @@ int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
         r = model_describe_arch(&m, &arch);
         if (r < 0)
                 return errbuf_set(err, r, "out of memory");
-        m->weights = malloc(m->weight_elems * sizeof(float));
-        m->biases = malloc(m->bias_elems * sizeof(float));
-        if (!m->weights || !m->biases) {
+        if (fold) {
+                m->weights = malloc(m->weight_elems * sizeof(float));
+                m->biases = malloc(m->bias_elems * sizeof(float));
+        }
+        if (fold && (!m->weights || !m->biases)) {
                 r = errbuf_set(err, -ENOMEM, "%s: out of memory for %zu weights", st_name(f), m->weight_elems);
                 goto fail;
         }
@@ -368,10 +381,35 @@ int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
                 if (r < 0)
                         goto fail;
         }
+        if (!ret) {
+                model_free(m);
+                return 0;
+        }
         *ret = m;
         return 0;
 fail:
         model_free(m);
+        return r;
+}
+
+int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err) {
+        assert(ret);
+        return model_read_st(ret, f, true, err);
+}
+
+int model_check_st(const st_file_t *f, errbuf_t *err) {
+        return model_read_st(NULL, f, false, err);
+}
+
+int model_check(const char *path, errbuf_t *err) {
+        st_file_t *f = NULL;
+        int r;
+
+        r = st_open(&f, path, err);
+        if (r < 0)
+                return r;
+        r = model_check_st(f, err);
+        st_free(f);
         return r;
 }
 

@@ -118,6 +118,15 @@ int model_describe_file(model_t **ret, const char *path, errbuf_t *err);
 /* The same from an already opened file (model->id stays ""). */
 int model_load_st(model_t **ret, const st_file_t *f, errbuf_t *err);
 
+/* Checks f against the table as model_load_st does (every tensor name,
+ * dtype and shape), without reading a value: for --check-config.
+ * Returns 0, or -errno with model_load_st's sentence. */
+int model_check_st(const st_file_t *f, errbuf_t *err);
+
+/* The same for the file at path: opens it (st_open: a regular file, a
+ * valid safetensors header and layout) and checks it. Nothing is loaded. */
+int model_check(const char *path, errbuf_t *err);
+
 /* The layer table with seeded random weights (He-scaled uniform, zero
  * biases): for benchmarks that have no weights file. Not for predictions.
  * model_random is ResNet-50 with 1000 classes. */

@@ -11,14 +11,16 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 
+
 #include <iniparser.h>
 
+#include "core/textfile.h"
 #include "core/units.h"
+#include "daemon/cfg_lines.h"
 
 typedef enum cfg_type {
         CFG_T_STRING,           /* non-empty text */
@@ -35,6 +37,7 @@ typedef enum cfg_type {
         CFG_T_LISTEN,           /* host:port, or "" for off */
         CFG_T_DURATION,         /* a duration with a unit ("90s", "10m") or 0, in [min, max] ms */
         CFG_T_AGE_ACTION,       /* dlq or skip */
+        CFG_T_BROKERS,          /* host:port[,host:port...] */
 } cfg_type_t;
 
 typedef struct cfg_key {
@@ -68,7 +71,7 @@ static const cfg_key_t cfg_keys[] = {
         { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
           "Classes per prediction, most probable first; at most the model's class count (more is refused at start and on reload)." },
 
-        { "kafka", "brokers", CFG_T_STRING, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
+        { "kafka", "brokers", CFG_T_BROKERS, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
           "Bootstrap servers, host:port[,host:port...]." },
         { "kafka", "group_id", CFG_T_STRING, "inferd", 0, 0, false, false, F(kafka.group_id),
           "Consumer group; instances in one group share the input partitions." },
@@ -140,6 +143,16 @@ static const cfg_key_t cfg_keys[] = {
         { "metrics", "auth_healthz", CFG_T_BOOL, "no", 0, 0, false, false, F(metrics.auth_healthz),
           "yes: the probes (/healthz, /livez, /readyz) need basic auth too; no leaves them open for "
           "load balancers and kubelets (they tell only whether the daemon is alive and ready, and why not)." },
+        { "metrics", "max_connections", CFG_T_INT, "32", 1, 10000, false, false, F(metrics.max_connections),
+          "Connections the endpoint holds at once; one more is accepted and closed at once. A scraper or a "
+          "health check holds one for milliseconds (or one kept alive between scrapes)." },
+        { "metrics", "max_connections_per_ip", CFG_T_INT, "8", 0, 10000, false, false,
+          F(metrics.max_connections_per_ip),
+          "Connections one client address may hold at once, so that one client cannot take them all; "
+          "0: only max_connections." },
+        { "metrics", "timeout_s", CFG_T_INT, "10", 1, 3600, false, false, F(metrics.timeout_s),
+          "A connection idle this long is closed (Prometheus's default scrape_timeout is 10 s). A "
+          "client that sends a byte now and then stays, within the connection limits." },
 
         { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
           "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
@@ -222,6 +235,7 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_LISTEN: return "address";
         case CFG_T_DURATION: return "duration";
         case CFG_T_AGE_ACTION: return "dlq or skip";
+        case CFG_T_BROKERS: return "addresses";
         }
         return "?";
 }
@@ -270,6 +284,33 @@ static bool cfg_topic_valid(const char *s) {
         return true;
 }
 
+/* A bootstrap list: host:port entries, each as units_parse_listen reads
+ * them, separated by commas (spaces around them allowed). */
+static int cfg_brokers_check(const char *v, errbuf_t *err) {
+        const char *p = v;
+
+        for (int i = 1;; i++) {
+                const char *comma = strchr(p, ','), *e = comma ? comma : p + strlen(p), *s = p;
+                char entry[CFG_STRING_MAX];
+
+                while (s < e && isspace((unsigned char)*s))
+                        s++;
+                while (e > s && isspace((unsigned char)e[-1]))
+                        e--;
+                if (s == e)
+                        return errbuf_set(err, -EINVAL, "'%s' is not host:port[,host:port...]: entry %d is empty", v,
+                                          i);
+                snprintf(entry, sizeof(entry), "%.*s", (int)(e - s), s);
+                if (units_parse_listen(entry, NULL, 0, NULL) < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not host:port[,host:port...]: '%s' is not host:port (port 1..65535, "
+                                          "an IPv6 host in brackets)", v, entry);
+                if (!comma)
+                        return 0;
+                p = comma + 1;
+        }
+}
+
 /* Parses v as key k into c. On error, writes the sentence after
  * "<file>: [section] key: " into err and returns -EINVAL. */
 static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
@@ -281,11 +322,14 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
         case CFG_T_STRING:
         case CFG_T_TOPIC:
         case CFG_T_PATH:
+        case CFG_T_BROKERS:
                 if (*v == '\0' && !(k->type == CFG_T_PATH && k->optional))
                         return errbuf_set(err, -EINVAL, "must not be empty");
                 if (strlen(v) >= k->size)
                         return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
                                           k->size - 1);
+                if (k->type == CFG_T_BROKERS && (r = cfg_brokers_check(v, err)) < 0)
+                        return r;
                 if (k->type == CFG_T_TOPIC && !cfg_topic_valid(v))
                         return errbuf_set(err, -EINVAL,
                                           "'%s' is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", v);
@@ -437,6 +481,7 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
         case CFG_T_PATH:
         case CFG_T_BUDGET:
         case CFG_T_LISTEN:
+        case CFG_T_BROKERS:
                 return field;
         case CFG_T_INT:
                 snprintf(buf, len, "%d", *(const int *)field);
@@ -527,46 +572,6 @@ int cfg_new_defaults(cfg_t **ret) {
         return 0;
 }
 
-/* iniparser reports syntax errors only through a process-wide printf-like
- * callback; this keeps its first message of the current cfg_load, per thread,
- * so that it can go into the errbuf instead of onto stderr. */
-static __thread char cfg_ini_error[256];
-
-static int cfg_on_ini_error(const char *fmt, ...) {
-        va_list ap;
-
-        if (cfg_ini_error[0])
-                return 0;
-        va_start(ap, fmt);
-        vsnprintf(cfg_ini_error, sizeof(cfg_ini_error), fmt, ap);
-        va_end(ap);
-        return 0;
-}
-
-/* iniparser's "iniparser: syntax error in <path> (3):\n-> text\n" becomes
- * "line 3: syntax error: 'text'"; anything else loses its prefix and
- * newlines. */
-static const char *cfg_ini_error_text(const char *path) {
-        static __thread char out[sizeof(cfg_ini_error) + 64];
-        char *p = cfg_ini_error, *q;
-        size_t plen = strlen(path);
-        int line;
-
-        if (strncmp(p, "iniparser: ", 11) == 0)
-                p += 11;
-        for (q = p; *q; q++)
-                if (*q == '\n')
-                        *q = ' ';
-        while (q > p && q[-1] == ' ')
-                *--q = '\0';
-        if (strncmp(p, "syntax error in ", 16) == 0 && strncmp(p + 16, path, plen) == 0 &&
-            sscanf(p + 16 + plen, " (%d):", &line) == 1 && (q = strstr(p, "-> "))) {
-                snprintf(out, sizeof(out), "line %d: syntax error: '%s'", line, q + 3);
-                return out;
-        }
-        return *p ? p : "cannot parse the file";
-}
-
 static int cfg_check_passthrough(const char *path, const char *section, const char *name, errbuf_t *err) {
         /* [kafka.client] reaches both clients: the keys of either are reserved. */
         bool client = strcmp(section, CFG_SECTION_CLIENT) == 0;
@@ -594,28 +599,23 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
         bool seen[CFG_NKEYS] = { false };
         dictionary *d = NULL;
         cfg_t *c = NULL;
-        FILE *f;
+        char *text = NULL;
+        size_t len;
         int r;
 
         assert(ret && path);
 
-        /* iniparser says only "cannot open"; find out why ourselves. */
-        f = fopen(path, "re");
-        if (!f)
-                return errbuf_set(err, -errno, "%s: cannot open the config file: %s", path, strerror(errno));
-        fclose(f);
-
-        cfg_ini_error[0] = '\0';
-        iniparser_set_error_callback(cfg_on_ini_error);
-        d = iniparser_load(path);
-        iniparser_set_error_callback(NULL);
-        if (!d)
-                return errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
-        if (cfg_ini_error[0]) {
-                /* iniparser 4.1 returns what it parsed along with the error. */
-                r = errbuf_set(err, -EINVAL, "%s: %s", path, cfg_ini_error_text(path));
-                goto fail;
-        }
+        /* A regular file of at most 1 MiB, read once: a FIFO or /dev/zero
+         * would hang iniparser_load for good. */
+        r = textfile_read(path, TEXTFILE_MAX_BYTES, "config file", &text, &len, err);
+        if (r < 0)
+                return r;
+        r = cfg_lines_check(path, text, len, err);
+        if (r >= 0)
+                r = cfg_lines_parse(&d, path, text, len, err);
+        free(text);
+        if (r < 0)
+                return r;
 
         r = cfg_new_defaults(&c);
         if (r < 0) {
@@ -827,6 +827,8 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return buf;
         case CFG_T_AGE_ACTION:
                 return "dlq, skip";
+        case CFG_T_BROKERS:
+                return "host:port[,host:port...]";
         }
         return "";
 }
@@ -845,6 +847,13 @@ int cfg_write_reference(FILE *out) {
                 "SIGHUP, keeps its running configuration). Unquoted values end at `;` or `#` (a\n"
                 "comment): quote a value that contains them.\n"
                 "\n"
+                "The file must be a regular file of at most 1 MiB (a FIFO, a device or a directory is\n"
+                "refused before it is read), and a line at most %d characters. Every line is a\n"
+                "`[section]`, `key = value`, a comment (`;` or `#`) or blank; a line that ends in `\\`\n"
+                "goes on to the next. CRLF line ends read as LF. A key set twice in one section with\n"
+                "another value is an error naming both lines (the same value twice is not). A NUL\n"
+                "byte is an error.\n"
+                "\n"
                 "**Live** keys take effect on `systemctl reload` (SIGHUP). A change to any other key is\n"
                 "logged as needing a restart and is not applied.\n"
                 "\n"
@@ -854,7 +863,8 @@ int cfg_write_reference(FILE *out) {
                 "or `d` (`90s`, `10m`), or `0`.\n"
                 "\n"
                 "| Section | Key | Type | Default | Range | Live | Description |\n"
-                "|---|---|---|---|---|---|---|\n");
+                "|---|---|---|---|---|---|---|\n",
+                CFG_LINE_MAX);
         for (size_t i = 0; i < CFG_NKEYS; i++) {
                 const cfg_key_t *k = &cfg_keys[i];
                 char range[96];

@@ -127,6 +127,9 @@ typedef struct cfg {
                 char tls_key[PATH_MAX];         /* PEM, unencrypted */
                 char basic_auth_users[PATH_MAX];        /* user:bcrypt lines; "" = no auth */
                 bool auth_healthz;      /* basic auth on /healthz too */
+                int max_connections;    /* 1..10000 held at once */
+                int max_connections_per_ip;     /* 0..10000; 0 = no limit of its own */
+                int timeout_s;          /* 1..3600: an idle connection is closed */
         } metrics;
 
         struct {
@@ -138,6 +141,12 @@ typedef struct cfg {
                 int max_scan_megapixels;        /* 0..2^31-1; 0 = no limit (decode_set_max_scan_megapixels) */
         } decode;
 } cfg_t;
+
+/* Opens the weights and the labels c names and checks them without loading
+ * them: the weights with model_check (the safetensors header, every
+ * tensor's name, dtype and shape), the labels' count. For --check-config.
+ * Returns 0, or -errno with "<file>: [model] key: <path>: ..." in err. */
+int cfg_check_model_files(const cfg_t *c, errbuf_t *err);
 
 /* Reads and validates path. On success *ret is a new cfg_t (free it with
  * cfg_free). Errors, each with a sentence in err naming the path (and the

@@ -86,7 +86,8 @@ int cfg_read_file_text(const char *path, char **ret, errbuf_t *err) {
         size_t got = 0;
         int fd, r;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        /* O_NONBLOCK: a FIFO's open would wait for a writer for good. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
                 return errbuf_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
         if (fstat(fd, &st) < 0) {
@@ -141,7 +142,8 @@ int cfg_check_readable(const char *path, errbuf_t *err) {
         struct stat st;
         int fd;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        /* O_NONBLOCK: a FIFO's open would wait for a writer for good. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
                 return errbuf_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {

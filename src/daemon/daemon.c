@@ -1400,7 +1400,12 @@ static int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
 
         if (!d->cfg->metrics.listen[0])
                 return 0;
-        r = httpd_new_secure(&d->httpd, d->event, d->cfg->metrics.listen, &sec, daemon_on_http, d, err);
+        r = httpd_new_secure(&d->httpd, d->event, d->cfg->metrics.listen,
+                             &(httpd_limits_t){ .max_connections = (unsigned)d->cfg->metrics.max_connections,
+                                                .max_connections_per_ip =
+                                                        (unsigned)d->cfg->metrics.max_connections_per_ip,
+                                                .timeout_s = (unsigned)d->cfg->metrics.timeout_s },
+                             &sec, daemon_on_http, d, err);
         if (r < 0)
                 return errbuf_prefix(err, r, "[metrics]");
         r = sd_event_add_time(d->event, &d->sample_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US,

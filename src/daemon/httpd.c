@@ -1,17 +1,28 @@
 /* httpd: libmicrohttpd in external-epoll mode on the daemon's sd-event
  * loop. See httpd.h.
  *
- * libmicrohttpd keeps its sockets in an epoll set of its own; that set's fd
- * becomes readable whenever a connection needs work, so one sd-event io
- * source on it covers the listening socket and every connection. Idle
- * connections time out through MHD_get_timeout, which arms a one-shot
- * timer after every MHD_run. Not a general web server: GET and HEAD only,
- * no request bodies. */
+ * libmicrohttpd keeps its connections in an epoll set of its own; that
+ * set's fd becomes readable whenever a connection needs work, so one
+ * sd-event io source on it covers every connection. Idle connections time
+ * out through MHD_get_timeout, which arms a one-shot timer after every
+ * MHD_run. The listening socket is ours, with an io source of its own: every
+ * connection is accepted at once and handed over (MHD_add_connection), and
+ * one over the limits is closed by libmicrohttpd there and then.
+ *
+ * Why not libmicrohttpd's own accept: at its connection limit it takes the
+ * listening socket out of its epoll set, and in this mode it puts it back
+ * only in a later MHD_run, which nothing called once the last connections
+ * had closed (the port was dead until a restart). And what waited in the
+ * backlog meanwhile was often a client that had already left: libmicrohttpd
+ * reads such a connection's last bytes, misses the end of the stream that
+ * came with them (edge-triggered, and no new edge comes), and holds the slot
+ * until the idle timeout. Accepting at once leaves nothing to go stale.
+ *
+ * Not a general web server: GET and HEAD only, no request bodies. */
 #include "daemon/httpd.h"
 
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -27,16 +38,17 @@
 #include "daemon/cfg.h"
 #include "daemon/httpd_auth.h"
 
-/* A scraper or a health check holds a connection for milliseconds; these
- * bound what a stuck or hostile client can hold. */
-#define HTTPD_CONNECTION_LIMIT 32
-#define HTTPD_CONNECTION_TIMEOUT_S 10
 #define HTTPD_BACKLOG 64
+
+/* After accept fails for want of a resource (EMFILE, ENFILE, ENOBUFS,
+ * ENOMEM), the listening socket stays readable: it is left alone this long
+ * instead of being retried on every loop turn. */
+#define HTTPD_ACCEPT_RETRY_US (100 * 1000ULL)
 
 struct httpd {
         struct MHD_Daemon *mhd;
-        int listen_fd;                  /* owned until libmicrohttpd starts on a copy of it */
-        sd_event_source *io, *timer;
+        int listen_fd;                  /* owned */
+        sd_event_source *io, *accept_io, *accept_retry, *timer;
         httpd_handler_fn handler;
         void *userdata;
         httpd_auth_t *auth;             /* owned; NULL = no basic auth */
@@ -88,11 +100,60 @@ static int httpd_on_io(sd_event_source *s, int fd, uint32_t revents, void *userd
         return 0;
 }
 
+/* Accepts every connection waiting on the listening socket and hands each
+ * to libmicrohttpd, which closes it at once when it is over a limit. */
+static void httpd_accept(httpd_t *h) {
+        for (;;) {
+                struct sockaddr_storage addr;
+                socklen_t len = sizeof(addr);
+                int fd = accept4(h->listen_fd, (struct sockaddr *)&addr, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+                if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+                        continue;
+                if (fd < 0 && errno != EAGAIN) {
+                        /* EMFILE and the like: the connection stays queued;
+                         * try again shortly, not on every loop turn. */
+                        uint64_t now;
+
+                        sd_event_now(sd_event_source_get_event(h->accept_io), CLOCK_MONOTONIC, &now);
+                        sd_event_source_set_enabled(h->accept_io, SD_EVENT_OFF);
+                        sd_event_source_set_time(h->accept_retry, now + HTTPD_ACCEPT_RETRY_US);
+                        sd_event_source_set_enabled(h->accept_retry, SD_EVENT_ONESHOT);
+                }
+                if (fd < 0)
+                        return;
+                /* fd belongs to libmicrohttpd from here, also on MHD_NO. */
+                (void)MHD_add_connection(h->mhd, fd, (struct sockaddr *)&addr, len);
+        }
+}
+
+static int httpd_on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        httpd_t *h = userdata;
+
+        (void)s;
+        (void)fd;
+        (void)revents;
+        httpd_accept(h);
+        MHD_run(h->mhd);
+        httpd_rearm(h);
+        return 0;
+}
+
+static int httpd_on_accept_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        httpd_t *h = userdata;
+
+        (void)s;
+        (void)usec;
+        sd_event_source_set_enabled(h->accept_io, SD_EVENT_ON);
+        return 0;
+}
+
 void httpd_serve_pending(httpd_t *h) {
         if (!h)
                 return;
-        /* Accepting, reading the request and writing the answer may each
-         * take one pass; requests that waited in the backlog are complete. */
+        /* Reading the request and writing the answer may each take one
+         * pass; requests that waited in the backlog are complete. */
+        httpd_accept(h);
         for (int i = 0; i < HTTPD_PENDING_PASSES; i++)
                 MHD_run(h->mhd);
         httpd_rearm(h);
@@ -219,9 +280,9 @@ fail:
         return r;
 }
 
-int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, httpd_handler_fn handler, void *userdata,
-              errbuf_t *err) {
-        return httpd_new_secure(ret, event, listen_addr, NULL, handler, userdata, err);
+int httpd_new(httpd_t **ret, sd_event *event, const char *listen_addr, const httpd_limits_t *limits,
+              httpd_handler_fn handler, void *userdata, errbuf_t *err) {
+        return httpd_new_secure(ret, event, listen_addr, limits, NULL, handler, userdata, err);
 }
 
 /* Reads what sec names into h. */
@@ -245,13 +306,14 @@ static int httpd_load_security(httpd_t *h, const httpd_security_t *sec, errbuf_t
         return 0;
 }
 
-int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, const httpd_security_t *sec,
-                     httpd_handler_fn handler, void *userdata, errbuf_t *err) {
+int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, const httpd_limits_t *limits,
+                     const httpd_security_t *sec, httpd_handler_fn handler, void *userdata, errbuf_t *err) {
         const union MHD_DaemonInfo *info;
         httpd_t *h;
         int r;
 
-        assert(ret && event && listen_addr && handler);
+        assert(ret && event && listen_addr && limits && handler);
+        assert(limits->max_connections > 0 && limits->timeout_s > 0);
         h = calloc(1, sizeof(*h));
         if (!h)
                 return -ENOMEM;
@@ -264,22 +326,15 @@ int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, co
         if (r < 0)
                 goto fail;
         h->listen_fd = r;
-        /* MHD_stop_daemon closes the socket it was given, and whether a
-         * failed start does is not said: it gets a copy, and ours is
-         * closed once it runs. */
-        r = fcntl(h->listen_fd, F_DUPFD_CLOEXEC, 3);
-        if (r < 0) {
-                r = errbuf_set(err, -errno, "Failed to listen on '%s': %s", listen_addr, strerror(errno));
-                goto fail;
-        }
         /* MHD_USE_EPOLL without MHD_USE_INTERNAL_POLLING_THREAD: no thread;
-         * MHD_run does the work when we call it. */
-        /* With TLS the key and certificate go last: MHD_OPTION_END ends the
-         * list early when they are not given. */
-        h->mhd = MHD_start_daemon(MHD_USE_EPOLL | (h->tls_cert ? MHD_USE_TLS : 0), 0, NULL, NULL, httpd_on_request, h,
-                                  MHD_OPTION_LISTEN_SOCKET, r, MHD_OPTION_CONNECTION_LIMIT,
-                                  (unsigned)HTTPD_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-                                  (unsigned)HTTPD_CONNECTION_TIMEOUT_S,
+         * MHD_run does the work when we call it. No listening socket of its
+         * own: httpd_accept hands it every connection (with TLS, each one
+         * starts its handshake there). With TLS the key and certificate go
+         * last: MHD_OPTION_END ends the list early when they are not given. */
+        h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | (h->tls_cert ? MHD_USE_TLS : 0), 0, NULL,
+                                  NULL, httpd_on_request, h, MHD_OPTION_CONNECTION_LIMIT, limits->max_connections,
+                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits->max_connections_per_ip,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, limits->timeout_s,
                                   h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, h->tls_cert,
                                   MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
         if (!h->mhd) {
@@ -289,8 +344,6 @@ int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, co
                                            : "");
                 goto fail;
         }
-        close(h->listen_fd);
-        h->listen_fd = -1;
         info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
         if (!info || info->epoll_fd < 0) {
                 r = errbuf_set(err, -EIO, "Failed to start the HTTP server on '%s': libmicrohttpd has no epoll fd",
@@ -298,6 +351,9 @@ int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, co
                 goto fail;
         }
         if ((r = sd_event_add_io(event, &h->io, info->epoll_fd, EPOLLIN, httpd_on_io, h)) < 0 ||
+            (r = sd_event_add_io(event, &h->accept_io, h->listen_fd, EPOLLIN, httpd_on_accept, h)) < 0 ||
+            (r = sd_event_add_time(event, &h->accept_retry, CLOCK_MONOTONIC, 0, 0, httpd_on_accept_retry, h)) < 0 ||
+            (r = sd_event_source_set_enabled(h->accept_retry, SD_EVENT_OFF)) < 0 ||
             (r = sd_event_add_time(event, &h->timer, CLOCK_MONOTONIC, 0, 0, httpd_on_timer, h)) < 0) {
                 errbuf_set(err, r, "Failed to add the HTTP server's event sources: %s", strerror(-r));
                 goto fail;
@@ -315,6 +371,8 @@ void httpd_free(httpd_t *h) {
                 return;
         /* The sources go before the daemon whose epoll fd they watch. */
         sd_event_source_disable_unref(h->io);
+        sd_event_source_disable_unref(h->accept_io);
+        sd_event_source_disable_unref(h->accept_retry);
         sd_event_source_disable_unref(h->timer);
         if (h->mhd)
                 MHD_stop_daemon(h->mhd);

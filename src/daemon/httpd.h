@@ -40,11 +40,20 @@ typedef struct httpd_response {
  * gets a 500). Called on the loop thread. */
 typedef int (*httpd_handler_fn)(void *userdata, const char *path, httpd_response_t *ret);
 
+/* What one server lets its clients hold. A connection over either limit is
+ * accepted and closed at once; the listening socket is served again as soon
+ * as connections close. */
+typedef struct httpd_limits {
+        unsigned max_connections;       /* > 0: connections held at once */
+        unsigned max_connections_per_ip;        /* from one address; 0 = no limit of its own */
+        unsigned timeout_s;             /* > 0: a connection idle this long is closed */
+} httpd_limits_t;
+
 /* Binds listen ("host:port", "[v6]:port"; the host is resolved once, here)
- * and starts serving on event. Returns 0, or -errno with a sentence naming
- * the address in err. */
-int httpd_new(httpd_t **ret, sd_event *event, const char *listen, httpd_handler_fn handler, void *userdata,
-              errbuf_t *err);
+ * and starts serving on event within limits. Returns 0, or -errno with a
+ * sentence naming the address in err. */
+int httpd_new(httpd_t **ret, sd_event *event, const char *listen, const httpd_limits_t *limits,
+              httpd_handler_fn handler, void *userdata, errbuf_t *err);
 
 /* TLS and basic auth; any member may be NULL (off). */
 typedef struct httpd_security {
@@ -58,8 +67,8 @@ typedef struct httpd_security {
  * here, once (a new certificate takes a restart); errors name the file. A
  * request without the right user and password gets 401; a plain-HTTP
  * request to a TLS endpoint fails its handshake and is closed. */
-int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen, const httpd_security_t *sec,
-                     httpd_handler_fn handler, void *userdata, errbuf_t *err);
+int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen, const httpd_limits_t *limits,
+                     const httpd_security_t *sec, httpd_handler_fn handler, void *userdata, errbuf_t *err);
 
 /* Answers, without waiting, the requests already waiting on the socket: for
  * a caller that holds the loop thread for a long step (the daemon's start-up

@@ -22,8 +22,18 @@
 #include "decode/decode-internal.h"
 
 /* Ancillary chunk data (text, ICC profiles) that libspng may keep for one
- * image: bounded, so a record cannot make it allocate up to max_bytes. */
+ * image: bounded, so a record cannot make it allocate up to max_bytes. It
+ * lies within the plan's fixed 16 MiB of library memory per decode thread
+ * (plan.c). */
 #define DECODE_PNG_CHUNK_CACHE_BYTES ((size_t)4 << 20)
+
+/* libspng also keeps at most 1000 ancillary chunks (text, sPLT, kept
+ * unknown ones) per image, its SPNG_MAX_CHUNK_COUNT: a PNG with more is
+ * refused as decode-failed ("reached chunk/cache limits"), although PIL
+ * reads it. libspng 0.7.3 cannot raise that: spng_set_option's
+ * SPNG_CHUNK_COUNT_LIMIT refuses any value above the chunks already read
+ * (0 before the first), so the limit is documented (README, [decode])
+ * and held by a test, not changed. */
 
 /* A libspng context reading the record, its header read into *ihdr. */
 static int png_open(spng_ctx **ret, const uint8_t *data, size_t len, struct spng_ihdr *ihdr, errbuf_t *err) {

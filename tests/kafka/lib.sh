@@ -183,9 +183,9 @@ kt_produce() {
 # ones can move the committed offset to the end.
 kt_age_test() {
         local P=$1 mode=$2 t=$3 offsets=$4 port n0 i got want end why why2 rc
-        port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-        kt_config "$P" "$P" "g-$P" "[kafka]" "delivery = $mode" "[batching]" "max_record_age = 60s" \
-                "[service]" "timing_header = yes" "[metrics]" "listen = 127.0.0.1:$port"
+        port=$(tools/free-ports 1)
+        KT_LISTEN=127.0.0.1:$port kt_config "$P" "$P" "g-$P" "[kafka]" "delivery = $mode" "[batching]" \
+                "max_record_age = 60s" "[service]" "timing_header = yes"
         kt_produce $P.images --count 3 --keys ${P}old --seed 31 --age-ms 120000 --trace
         kt_produce $P.images --count 2 --keys ${P}fut --seed 32 --age-ms -1800000 --trace
         kt_produce $P.images --count 2 --keys ${P}yng --seed 33 --age-ms 30000 --trace

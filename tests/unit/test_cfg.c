@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -17,9 +18,9 @@
 /* The path of the last file written, for checking error sentences. */
 static char test_cfg_path[256];
 
-/* Writes text as <tmpdir>/inferd.ini, loads it, removes it. Returns cfg_load's
- * result; err gets its sentence. */
-static int load_text(const char *text, cfg_t **ret, errbuf_t *err) {
+/* Writes len bytes of text as <tmpdir>/inferd.ini, loads it, removes it.
+ * Returns cfg_load's result; err gets its sentence. */
+static int load_bytes(const char *text, size_t len, cfg_t **ret, errbuf_t *err) {
         char dir[] = "/tmp/inferd-test-cfg.XXXXXX";
         FILE *f;
         int r;
@@ -33,7 +34,7 @@ static int load_text(const char *text, cfg_t **ret, errbuf_t *err) {
                 rmdir(dir);
                 return -errno;
         }
-        fputs(text, f);
+        fwrite(text, 1, len, f);
         fclose(f);
         memset(err, 0, sizeof(*err));
         r = cfg_load(ret, test_cfg_path, err);
@@ -42,13 +43,19 @@ static int load_text(const char *text, cfg_t **ret, errbuf_t *err) {
         return r;
 }
 
+static int load_text(const char *text, cfg_t **ret, errbuf_t *err) {
+        return load_bytes(text, strlen(text), ret, err);
+}
+
 #define WEIGHTS "[model]\nweights = /var/lib/inferd/w.safetensors\n"
 
 /* Loads WEIGHTS plus "[section]\nkey = value\n". */
 static int load_one(const char *section, const char *key, const char *value, cfg_t **ret, errbuf_t *err) {
         char text[1024];
 
-        if (strcmp(section, "model") == 0)
+        if (strcmp(section, "model") == 0 && strcmp(key, "weights") == 0)
+                snprintf(text, sizeof(text), "[model]\nweights = %s\n", value);
+        else if (strcmp(section, "model") == 0)
                 snprintf(text, sizeof(text), WEIGHTS "%s = %s\n", key, value);
         else
                 snprintf(text, sizeof(text), WEIGHTS "[%s]\n%s = %s\n", section, key, value);
@@ -154,6 +161,16 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_EQUAL_FATAL(load_one("metrics", "listen", "", &c, &err), 0);
         CU_ASSERT_STRING_EQUAL(c->metrics.listen, "");
         cfg_free(c);
+        /* Nor in an error sentence. */
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\nbogus\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service]: line 4: 'bogus' is not key = value"));
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = 3\r\ntop_k = 4\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "line 5: set again to '4' (line 4 set '3'); say it once"));
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = x\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service] top_k: 'x' is not an integer"));
 }
 
 /* Every integer key: min and max load and are stored, min-1 and max+1 are
@@ -288,6 +305,11 @@ static void test_cfg_bad_values(void) {
                 { "service", "log_level", "INFO", "is not one of" },
                 { "service", "instance", "", "must not be empty" },
                 { "kafka", "brokers", "", "must not be empty" },
+                { "kafka", "brokers", ",", "',' is not host:port[,host:port...]: entry 1 is empty" },
+                { "kafka", "brokers", "a:1,", "entry 2 is empty" },
+                { "kafka", "brokers", "a:b:c", "'a:b:c' is not host:port[,host:port...]: 'a:b:c' is not host:port" },
+                { "kafka", "brokers", "a:1,b", "'b' is not host:port" },
+                { "kafka", "brokers", "a:0", "'a:0' is not host:port" },
                 { "kafka", "input_topic", "bad topic", "is not a Kafka topic name" },
                 { "kafka", "output_topic", "a/b", "is not a Kafka topic name" },
                 { "kafka", "dlq_topic", "..", "is not a Kafka topic name" },
@@ -368,13 +390,134 @@ static void test_cfg_unknown_section(void) {
 }
 
 static void test_cfg_syntax_error(void) {
+        char want[512];
         errbuf_t err;
         cfg_t *c;
 
+        /* A line without '=' names the file, the section and the line. */
         CU_ASSERT_EQUAL(load_text(WEIGHTS "[memory]\nmax_batch 5\n", &c, &err), -EINVAL);
         CU_ASSERT_PTR_NULL(c);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, test_cfg_path));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "line 4"));
+        snprintf(want, sizeof(want), "%s: [memory]: line 4: 'max_batch 5' is not key = value, a [section] or a comment",
+                 test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+        CU_ASSERT_EQUAL(load_text("max_batch 5\n" WEIGHTS, &c, &err), -EINVAL);
+        snprintf(want, sizeof(want), "%s: line 1: 'max_batch 5' is not key = value, a [section] or a comment",
+                 test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+}
+
+/* A NUL byte, a line too long for iniparser: the key and the line named. */
+static void test_cfg_line_errors(void) {
+        static const char nul[] = WEIGHTS "[service]\ninstance = bl\0ue\n";
+        char want[512], *text;
+        errbuf_t err;
+        cfg_t *c;
+
+        CU_ASSERT_EQUAL(load_bytes(nul, sizeof(nul) - 1, &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(c);
+        snprintf(want, sizeof(want), "%s: [service] instance: line 4: holds a NUL byte", test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+        /* A NUL before any '=' names the line only. */
+        CU_ASSERT_EQUAL(load_bytes(WEIGHTS "[service]\n\0\n", sizeof(WEIGHTS "[service]\n\0\n") - 1, &c, &err),
+                        -EINVAL);
+        snprintf(want, sizeof(want), "%s: [service]: line 4: holds a NUL byte", test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+
+        text = malloc(10100);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+        snprintf(text, 10100, WEIGHTS "[kafka]\nbrokers = %010000d\n", 0);
+        CU_ASSERT_EQUAL(load_text(text, &c, &err), -EINVAL);
+        snprintf(want, sizeof(want), "%s: [kafka] brokers: line 4: 10010 characters, more than the 1000 a line may hold",
+                 test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+        /* 1000 is still fine as a line (the value is then checked as such). */
+        snprintf(text, 10100, WEIGHTS "[service]\ninstance = %0989d\n", 0);
+        CU_ASSERT_EQUAL(load_text(text, &c, &err), 0);
+        CU_ASSERT_EQUAL(c ? strlen(c->service.instance) : 0, 989);
+        cfg_free(c);
+        free(text);
+}
+
+/* CRLF line endings read as LF: no '\r' left in any value. */
+static void test_cfg_crlf(void) {
+        errbuf_t err;
+        cfg_t *c;
+
+        CU_ASSERT_EQUAL_FATAL(load_text("[model]\r\nweights = /w.safetensors\r\nlabels=\"/l.txt\"\r\n"
+                                        "\r\n; a comment\r\n[service]\r\ninstance = blue ; the colour\r\n"
+                                        "top_k = 3\r\n[kafka]\r\nbrokers = a:1,b:2\r\n"
+                                        "[kafka.consumer]\r\nclient.id = 'x;y'\r\n[metrics]\r\nlisten =\r\n",
+                                        &c, &err), 0);
+        CU_ASSERT_STRING_EQUAL(c->model.weights, "/w.safetensors");
+        CU_ASSERT_STRING_EQUAL(c->model.labels, "/l.txt");
+        CU_ASSERT_STRING_EQUAL(c->service.instance, "blue");
+        CU_ASSERT_EQUAL(c->service.top_k, 3);
+        CU_ASSERT_STRING_EQUAL(c->kafka.brokers, "a:1,b:2");
+        CU_ASSERT_EQUAL_FATAL(c->kafka_consumer.n, 1);
+        CU_ASSERT_STRING_EQUAL(c->kafka_consumer.items[0].value, "x;y");
+        CU_ASSERT_STRING_EQUAL(c->metrics.listen, "");
+        cfg_free(c);
+        /* Nor in an error sentence. */
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\nbogus\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service]: line 4: 'bogus' is not key = value"));
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = 3\r\ntop_k = 4\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "line 5: set again to '4' (line 4 set '3'); say it once"));
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = x\r\n", &c, &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service] top_k: 'x' is not an integer"));
+}
+
+/* A key set twice with different values is an error naming both lines; the
+ * same value twice is not. Sections and keys are case-insensitive. */
+static void test_cfg_duplicate_key(void) {
+        char want[512];
+        errbuf_t err;
+        cfg_t *c;
+
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\ninstance = a\n[memory]\n[Service]\nInstance = b\n", &c, &err),
+                        -EINVAL);
+        CU_ASSERT_PTR_NULL(c);
+        snprintf(want, sizeof(want),
+                 "%s: [service] instance: line 7: set again to 'b' (line 4 set 'a'); say it once", test_cfg_path);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[kafka.consumer]\nclient.id = a\nclient.id = b\n", &c, &err), -EINVAL);
+        CU_ASSERT_TRUE(names_key(&err, "kafka.consumer", "client.id"));
+        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\ntop_k = 3\n[service]\ntop_k = 3\n", &c, &err), 0);
+        CU_ASSERT_EQUAL(c ? c->service.top_k : 0, 3);
+        cfg_free(c);
+}
+
+/* Not a regular file, or over 1 MiB: refused before reading (a FIFO or
+ * /dev/zero used to hang iniparser_load for good). */
+static void test_cfg_not_a_file(void) {
+        char dir[] = "/tmp/inferd-test-cfg.XXXXXX", path[256];
+        errbuf_t err = { { 0 } };
+        cfg_t *c = NULL;
+        FILE *f;
+
+        CU_ASSERT_EQUAL(cfg_load(&c, "/dev/zero", &err), -EINVAL);
+        CU_ASSERT_PTR_NULL(c);
+        CU_ASSERT_STRING_EQUAL(err.msg, "/dev/zero: the config file is a character device, not a regular file");
+        CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof(path), "%s/fifo.ini", dir);
+        CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+        CU_ASSERT_EQUAL(cfg_load(&c, path, &err), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the config file is a FIFO, not a regular file"));
+        unlink(path);
+        CU_ASSERT_EQUAL(cfg_load(&c, dir, &err), -EISDIR);
+        snprintf(path, sizeof(path), "%s/big.ini", dir);
+        f = fopen(path, "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fputs(WEIGHTS, f);
+        for (int i = 0; i < 40000; i++)
+                fputs("; a comment line that makes the file bigger\n", f);
+        fclose(f);
+        CU_ASSERT_EQUAL(cfg_load(&c, path, &err), -EFBIG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "more than the 1048576 allowed"));
+        unlink(path);
+        rmdir(dir);
 }
 
 static void test_cfg_missing_file(void) {
@@ -559,6 +702,7 @@ static const char *const design_keys[][2] = {
         { "drain", "timeout_s" },
         { "metrics", "listen" }, { "metrics", "tls_cert" }, { "metrics", "tls_key" },
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
+        { "metrics", "max_connections" }, { "metrics", "max_connections_per_ip" }, { "metrics", "timeout_s" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
         { "decode", "exif_orientation" },
         { "decode", "max_scan_megapixels" },
@@ -696,6 +840,10 @@ int test_cfg_register(void) {
                 { "unknown_key", test_cfg_unknown_key },
                 { "unknown_section", test_cfg_unknown_section },
                 { "syntax_error", test_cfg_syntax_error },
+                { "line_errors", test_cfg_line_errors },
+                { "crlf", test_cfg_crlf },
+                { "duplicate_key", test_cfg_duplicate_key },
+                { "not_a_file", test_cfg_not_a_file },
                 { "missing_file", test_cfg_missing_file },
                 { "missing_required", test_cfg_missing_required },
                 { "passthrough_in_order", test_cfg_passthrough_in_order },

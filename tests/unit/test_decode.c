@@ -5,6 +5,7 @@
  * images are made here with TurboJPEG and libspng's encoder; the numerics
  * against torchvision are tests/decode's. */
 #include <errno.h>
+#include <libdeflate.h>
 #include <malloc.h>
 #include <math.h>
 #include <spng.h>
@@ -307,6 +308,59 @@ static void test_decode_bad_crc(void) {
         decode_free(d);
 }
 
+/* p (a PNG of len bytes) with n tEXt chunks after its IHDR; malloc'd. */
+static uint8_t *test_png_with_text(const uint8_t *p, size_t len, int n, size_t *ret_len) {
+        const size_t head = 8 + 25;             /* the signature and the IHDR chunk */
+        uint8_t *out = malloc(len + (size_t)n * 32), *q;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        memcpy(out, p, head);
+        q = out + head;
+        for (int i = 0; i < n; i++) {
+                char data[24];
+                int k = snprintf(data, sizeof(data), "Comment%c%05d", 0, i);
+                uint32_t crc;
+
+                q[0] = 0, q[1] = 0, q[2] = 0, q[3] = (uint8_t)k;
+                memcpy(q + 4, "tEXt", 4);
+                memcpy(q + 8, data, (size_t)k);
+                crc = libdeflate_crc32(0, q + 4, 4 + (size_t)k);
+                q[8 + k] = (uint8_t)(crc >> 24), q[9 + k] = (uint8_t)(crc >> 16);
+                q[10 + k] = (uint8_t)(crc >> 8), q[11 + k] = (uint8_t)crc;
+                q += 12 + k;
+        }
+        memcpy(q, p + head, len - head);
+        *ret_len = (size_t)(q - out) + len - head;
+        return out;
+}
+
+/* libspng keeps at most 1000 ancillary chunks per image, and 0.7.3 cannot
+ * raise that (decode_png.c): a valid PNG with 20,000 tEXt chunks, which PIL
+ * reads, is refused as decode-failed with libspng's sentence, as the README
+ * says; one with 900 decodes like the same image without them. */
+static void test_decode_many_text_chunks(void) {
+        decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);
+        static uint8_t plain[224 * 224 * 3], texts[224 * 224 * 3];
+        decode_info_t info;
+        const char *code = NULL;
+        size_t len, tlen;
+        uint8_t *p = test_png(W, H, &len), *t = test_png_with_text(p, len, 900, &tlen);
+        errbuf_t err = { "" };
+
+        CU_ASSERT_EQUAL(decode_record(d, p, len, RECORD_PNG, plain, &info, &code, &err), 0);
+        CU_ASSERT_EQUAL(decode_record(d, t, tlen, RECORD_PNG, texts, &info, &code, &err), 0);
+        CU_ASSERT_EQUAL(info.width, W);
+        CU_ASSERT_EQUAL(memcmp(plain, texts, sizeof(plain)), 0);
+        free(t);
+        t = test_png_with_text(p, len, 20000, &tlen);
+        CU_ASSERT_EQUAL(test_try(d, t, tlen, RECORD_PNG, &code, &err, NULL), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(code, RECORD_ERR_DECODE_FAILED);
+        CU_ASSERT_STRING_EQUAL(err.msg, "PNG: reached chunk/cache limits");
+        free(t);
+        free(p);
+        decode_free(d);
+}
+
 static void test_decode_empty_and_limits(void) {
         decode_t *d = test_decoder(1000, 100);
         const char *code;
@@ -551,6 +605,7 @@ int test_decode_register(void) {
                 { "random_after_magic", test_decode_random_after_magic },
                 { "bad_crc", test_decode_bad_crc },
                 { "empty_and_limits", test_decode_empty_and_limits },
+                { "many_text_chunks", test_decode_many_text_chunks },
                 { "geometry", test_decode_geometry },
                 { "extreme_geometries", test_decode_extreme_geometries },
                 { "planned_memory_against_rss", test_decode_planned_memory_against_rss },

@@ -4,6 +4,7 @@
  * name/shape/dtype check, and BN folding. The weights files are built in
  * memory from a table with st_build, then broken on purpose. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,9 @@ static uint16_t model_to_bf16(float v) {
         return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
+/* model_try checks the file (model_check_st) instead of loading it. */
+static bool model_try_check_only;
+
 /* Builds the file with one break applied and loads it. */
 static int model_try(model_break_t how, const char *name, model_t **ret, errbuf_t *err) {
         static const char extra_data[16];
@@ -196,7 +200,7 @@ static int model_try(model_break_t how, const char *name, model_t **ret, errbuf_
         CU_ASSERT_EQUAL_FATAL(r, 0);
         r = st_open_buffer(&st, "w.safetensors", img, len, err);
         if (r == 0)
-                r = model_load_st(ret, st, err);
+                r = model_try_check_only ? model_check_st(st, err) : model_load_st(ret, st, err);
         st_free(st);
         free(img);
         for (size_t i = 0; i < f->n; i++)
@@ -469,6 +473,34 @@ static void test_model_rejects_non_finite(void) {
         model_expect_error(BREAK_NAN, "layer4.2.conv3.weight", "non-finite");
 }
 
+/* The check --check-config makes: every name, dtype and shape refused as
+ * the load refuses it, but no value read (a NaN or a negative variance
+ * passes; only the load sees those). */
+static void test_model_check_without_values(void) {
+        model_t *m = NULL;
+        errbuf_t err = { "" };
+
+        model_try_check_only = true;
+        model_expect_error(BREAK_DROP, "fc.bias", "tensor 'fc.bias' is missing");
+        model_expect_error(BREAK_DROP, "layer3.4.bn2.running_mean", "tensor 'layer3.4.bn2.running_mean' is missing");
+        model_expect_error(BREAK_SHAPE, "layer2.1.conv2.weight",
+                           "tensor 'layer2.1.conv2.weight' has shape [129, 128, 3, 3]; expected [128, 128, 3, 3]");
+        model_expect_error(BREAK_DTYPE_I32, "layer1.0.downsample.0.weight", "has dtype I32; expected F32, F16 or BF16");
+        model_expect_error(BREAK_EXTRA, "layer1.0.se.fc1.weight",
+                           "an unexpected tensor 'layer1.0.se.fc1.weight' (not part of resnet50)");
+        model_expect_error(BREAK_EXTRA, "layer4.3.conv1.weight", "layer4 has 4 blocks; torchvision's ResNets have 2 or 3");
+        CU_ASSERT_EQUAL(model_try(BREAK_NONE, NULL, &m, &err), 0);
+        CU_ASSERT_EQUAL(model_try(BREAK_BF16, NULL, &m, &err), 0);
+        CU_ASSERT_EQUAL(model_try(BREAK_NAN, "layer4.2.conv3.weight", &m, &err), 0);
+        CU_ASSERT_EQUAL(model_try(BREAK_NEGATIVE_VAR, "layer1.2.bn3", &m, &err), 0);
+        CU_ASSERT_PTR_NULL(m);
+        model_try_check_only = false;
+        CU_ASSERT_EQUAL(model_check("/nonexistent/inferd-weights.safetensors", &err), -ENOENT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nonexistent/inferd-weights.safetensors: cannot open"));
+        CU_ASSERT_EQUAL(model_check("/dev/null", &err), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(err.msg, "/dev/null: is not a regular file");
+}
+
 static void test_model_load_missing_file(void) {
         model_t *m = NULL;
         errbuf_t err = { "" };
@@ -503,6 +535,7 @@ int test_model_register(void) {
                 { "rejects_unsupported_shapes", test_model_rejects_unsupported_shapes },
                 { "rejects_negative_variance", test_model_rejects_negative_variance },
                 { "rejects_non_finite", test_model_rejects_non_finite },
+                { "check_without_values", test_model_check_without_values },
                 { "load_missing_file", test_model_load_missing_file },
                 { "random_is_deterministic", test_model_random_is_deterministic },
                 CU_TEST_INFO_NULL,
