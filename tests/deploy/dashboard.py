@@ -16,7 +16,7 @@ import sys
 
 # What Grafana puts in place of its variables before Prometheus sees the query.
 EXPAND = [("$__rate_interval", "1m"), ("$__interval", "1m"), ("$__range", "6h"),
-          ('=~"$job"', '=~".+"'), ('=~"$instance"', '=~".+"')]
+          ('=~"$job"', '=~".+"'), ('=~"$instance"', '=~".+"'), ('=~"$stage"', '=~".+"')]
 # Words of PromQL that look like metric names but are not.
 KEYWORDS = {"sum", "max", "min", "avg", "by", "without", "rate", "increase", "changes",
             "histogram_quantile", "count", "on", "ignoring", "group_left", "group_right",
@@ -72,7 +72,7 @@ def main():
             "predictions per second": ['inferd_records_total{job=~"$job", instance=~"$instance", outcome="predicted"}'],
             "DLQ records per second, by code": ["inferd_dead_letters_total", "code"],
             "batch size heatmap": ["inferd_batch_size_bucket"],
-            "stage latency heatmap": ["inferd_batch_duration_seconds_bucket"],
+            "stage latency heatmap": ["inferd_stage_duration_seconds_bucket", 'stage=~"$stage"'],
             "record latency heatmap": ["inferd_record_latency_seconds_bucket"],
             "the plan's terms against the budget": ["inferd_plan_bytes", "inferd_plan_budget_bytes"],
             "state": ["inferd_state"],
