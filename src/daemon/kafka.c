@@ -66,6 +66,8 @@ struct kafka {
          * cleared by the events that prove otherwise. */
         bool brokers_down;              /* ALL_BROKERS_DOWN, until a broker is UP again (statistics) */
         bool auth_failed;               /* authentication or authorization refused, until a record flows */
+        int64_t rx_msgs;                /* the consumer's rxmsgs (records fetched from the brokers) at its
+                                         * last statistics; -1 before them. Logged when leaving the group */
 };
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
@@ -311,6 +313,8 @@ static int kafka_stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opa
                 log_debug("Unreadable librdkafka statistics: %s", jerr.text);
                 return 0;
         }
+        if (kafka_json_int(root, "rxmsgs") >= 0)
+                k->rx_msgs = kafka_json_int(root, "rxmsgs");
         parts = json_object_get(json_object_get(json_object_get(root, "topics"), k->cfg->kafka.input_topic),
                                 "partitions");
         /* A broker the consumer is connected to again ends an outage. */
@@ -522,9 +526,10 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
                 goto fail;
+        /* Served only when statistics.interval.ms is set: by the metrics'
+         * default above or by [kafka.consumer]. */
+        rd_kafka_conf_set_stats_cb(conf, kafka_stats_cb);
         /* Not negotiable: at-least-once rests on storing offsets ourselves. */
-        if (c->metrics.listen[0])
-                rd_kafka_conf_set_stats_cb(conf, kafka_stats_cb);
         if ((r = kafka_conf_set(conf, "enable.auto.offset.store", "false", err)) < 0)
                 goto fail;
         rd_kafka_conf_set_rebalance_cb(conf, kafka_rebalance_cb);
@@ -583,6 +588,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         if (!k)
                 return -ENOMEM;
         k->consumer_fd = k->producer_fd = -1;
+        k->rx_msgs = -1;
         kafka_auth_init(&k->auth);
         k->cfg = c;
         k->cb = *cb;
@@ -807,6 +813,12 @@ int kafka_close(kafka_t *k, errbuf_t *err) {
         if (k->closed)
                 return 0;
         k->closed = true;
+        /* Refetches show here: a pause drops what librdkafka had prefetched
+         * for the partition, and its resume fetches it again
+         * (tools/bench-pipeline's fetches per record). */
+        if (k->rx_msgs >= 0)
+                log_info("The consumer fetched %" PRId64 " records from the brokers "
+                         "(librdkafka's rxmsgs at its last statistics)", k->rx_msgs);
         re = rd_kafka_consumer_close(k->consumer);
         if (re)
                 return errbuf_set(err, -EIO, "Failed to leave the consumer group: %s", rd_kafka_err2str(re));
