@@ -619,17 +619,26 @@ static void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
                 free(t);
                 return;
         }
-        if (m->err && daemon_eos(d) && r == -ECANCELED) {
-                /* Exactly-once: the broker refused a DLQ copy as too large,
-                 * and librdkafka has doomed the open transaction. It is
-                 * aborted once the slots are empty (daemon_txn_check). */
-                if (!d->txn_doomed)
+        if (m->err && daemon_eos(d)) {
+                /* Exactly-once: an output that failed (the broker refused a
+                 * DLQ copy as too large, or it timed out, as for an instance
+                 * stopped past its transaction's timeout) dooms the open
+                 * transaction in librdkafka. It is aborted once the slots
+                 * are empty (daemon_txn_check) and its records read again;
+                 * DAEMON_TXN_DOOMED_MAX such aborts in a row stop the daemon. */
+                if (r == -ECANCELED)
                         log_warning_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic),
                                                        LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
                                       "The broker refused DLQ copies as too large for '%s' (its "
                                       "max.message.bytes): aborting the transaction and reading its records "
                                       "again; copies that large go without their value then",
                                       d->cfg->kafka.dlq_topic);
+                else
+                        log_warning_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic),
+                                                       LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
+                                      "Failed to deliver the %s of a record: %s; aborting the transaction and "
+                                      "reading its records again", t->dlq ? "DLQ copy" : "prediction",
+                                      rd_kafka_err2str(m->err));
                 d->txn_doomed = true;
                 if (!d->txn_closing && !d->draining && d->pipeline) {
                         d->txn_closing = true;
