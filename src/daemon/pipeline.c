@@ -347,6 +347,31 @@ fail:
         return r;
 }
 
+/* A record refused as it is taken (its type, or its age): its DLQ copy, and
+ * the same returns as pipeline_take's. */
+static int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
+        int r = pipeline_dead_letter(p, m, code, detail, PIPELINE_TRACK_NOW);
+
+        if (r == -ENOBUFS)
+                return r;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: not tracked, so it
+                 * comes again after the rewind. */
+                rd_kafka_message_destroy(m);
+                return 0;
+        }
+        if (r < 0) {
+                /* Tracked and never done: no later offset of its
+                 * partition is stored, so it is redelivered. */
+                pipeline_track(p, m);
+                rd_kafka_message_destroy(m);
+                pipeline_fail(p, 1);
+                return 0;
+        }
+        p->records_in++;
+        return 0;
+}
+
 /* Produces the predictions of a DONE slot, from where it stopped; releases
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the
  * owner retries with pipeline_produce_pending). Other errors are fatal. */
@@ -714,7 +739,6 @@ int pipeline_reap(pipeline_t *p) {
  * owner stores its offset: ops->skipped). Returns as pipeline_take. */
 static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms) {
         char detail[192], limit[32];
-        int r;
 
         if (p->expired_skip && p->ops.skipped) {
                 pipeline_ticket_t *t = pipeline_ticket_new(m, false);
@@ -740,23 +764,7 @@ static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms)
                  "the record was %.3f s old when taken (by its Kafka timestamp), past [batching] "
                  "max_record_age = %s", (double)age_ms / 1e3,
                  units_format_duration_ms(p->max_record_age_ms, limit, sizeof(limit)));
-        r = pipeline_dead_letter(p, m, RECORD_ERR_EXPIRED, detail, PIPELINE_TRACK_NOW);
-        if (r == -ENOBUFS)
-                return r;
-        if (r == -ECANCELED) {
-                /* Exactly-once, the transaction doomed: not tracked, so it
-                 * comes again after the rewind. */
-                rd_kafka_message_destroy(m);
-                return 0;
-        }
-        if (r < 0) {
-                pipeline_track(p, m);           /* never done: redelivered */
-                rd_kafka_message_destroy(m);
-                pipeline_fail(p, 1);
-                return 0;
-        }
-        p->records_in++;
-        return 0;
+        return pipeline_refuse_taken(p, m, RECORD_ERR_EXPIRED, detail);
 }
 
 /* Handles one consumed message. Returns 0 when it was handled (and
@@ -806,25 +814,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         else
                 r = record_classify(m->payload, m->len, ct, ct_len, &fmt, &code, &err);
         if (r < 0) {
-                r = pipeline_dead_letter(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg, PIPELINE_TRACK_NOW);
-                if (r == -ENOBUFS)
-                        return r;
-                if (r == -ECANCELED) {
-                        /* Exactly-once, the transaction doomed: not
-                         * tracked, so it comes again after the rewind. */
-                        rd_kafka_message_destroy(m);
-                        return 0;
-                }
-                if (r < 0) {
-                        /* Tracked and never done: no later offset of its
-                         * partition is stored, so it is redelivered. */
-                        pipeline_track(p, m);
-                        rd_kafka_message_destroy(m);
-                        pipeline_fail(p, 1);
-                        return 0;
-                }
-                p->records_in++;
-                return 0;
+                return pipeline_refuse_taken(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
         }
         /* Back-pressure: no room in the slots, or in the decode queue, or
          * the FILLING slot is full and waits for the cap. */
