@@ -2,7 +2,7 @@
  * (version 0.0.4), and the histograms the pipeline and the daemon keep.
  *
  * The counters are kept where their events happen (pipeline.c, kafka.c,
- * daemon.c). At a scrape, the daemon gathers them into a metrics_snapshot_t
+ * daemon_rebalance.c). At a scrape, the daemon gathers them into a metrics_snapshot_t
  * by reading them (cheap: no I/O, no locks), together with what a 1 s timer
  * sampled (device memory, /proc/self; librdkafka's statistics arrive on
  * their own cadence), and this module formats the snapshot. It also reads
@@ -10,7 +10,7 @@
  * the timer's to call, never a scrape's.
  *
  * Not here: HTTP (httpd.c), when to sample and what state the daemon is in
- * (daemon.c). */
+ * (daemon_metrics.c). */
 #ifndef INFERD_METRICS_H
 #define INFERD_METRICS_H
 

@@ -1,6 +1,6 @@
 /* probes: the answers of /livez and /readyz. See probes.h.
  *
- * Not here: HTTP (httpd.c), reading the daemon's state (daemon.c). */
+ * Not here: HTTP (httpd.c), reading the daemon's state (daemon_metrics.c). */
 #include "daemon/probes.h"
 
 #include <stddef.h>

@@ -10,7 +10,7 @@
  * partitions assigned and Kafka answering; otherwise 503 with the first
  * reason that holds, in the order of probes_ready_t's checks.
  *
- * /healthz (daemon.c) is older and stays as it was: its body is the state.
+ * /healthz (daemon_metrics.c) is older and stays as it was: its body is the state.
  *
  * Pure: the daemon fills probes_state_t, this says what to answer. */
 #ifndef INFERD_PROBES_H

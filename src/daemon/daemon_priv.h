@@ -1,0 +1,164 @@
+/* daemon_priv: the daemon's object as its files share it (daemon.c,
+ * daemon_txn.c, daemon_rebalance.c, daemon_reload.c, daemon_metrics.c,
+ * daemon_plan.c), and the calls they make across those files.
+ *
+ * Private to src/daemon/daemon*.c: nothing else includes it (the public
+ * interface is daemon.h). Each function is defined in the file its comment
+ * names; the prefix stays daemon_ for all of them, as they are the same
+ * object's. */
+#ifndef INFERD_DAEMON_PRIV_H
+#define INFERD_DAEMON_PRIV_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <systemd/sd-event.h>
+
+#include "daemon/batch.h"
+#include "daemon/cfg.h"
+#include "daemon/daemon.h"
+#include "daemon/httpd.h"
+#include "daemon/kafka.h"
+#include "daemon/metrics.h"
+#include "daemon/pipeline.h"
+#include "core/errbuf.h"
+#include "core/labels.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "decode/pool.h"
+#include "engine/engine.h"
+
+#define DAEMON_TXN_TIMEOUT_MS 30000
+/* init_transactions retries a coordinator that does not answer for this
+ * long, then the daemon stops and says why: within the start-up extension
+ * (DAEMON_START_EXTEND_US) sent before it, so that the reason reaches the
+ * log before systemd's timeout would. */
+#define DAEMON_TXN_INIT_MAX_MS 90000
+
+struct daemon {
+        cfg_t *cfg;                     /* owned; live keys are updated on reload */
+        char *config_path;              /* owned */
+        sd_event *event;
+        sd_event_source *sig_term, *sig_int, *sig_hup;
+        sd_event_source *consumer_io, *producer_io, *engine_io, *decode_io;
+        sd_event_source *poll_timer, *delay_timer, *hold_timer, *drain_timer, *watchdog_timer, *defer;
+
+        model_t *model;
+        labels_t *labels;
+        engine_t *engine;
+        kafka_t *kafka;
+        batch_offsets_t *offsets;       /* lent to the pipeline; the delivery reports mark it here */
+        pipeline_t *pipeline;           /* borrows engine, kafka and offsets: freed before them */
+        decode_pool_t *decode;          /* JPEG/PNG threads; lent to the pipeline, freed before it */
+
+        bool started, draining, in_revoke;
+        bool bench_pipeline;            /* the no-compute pipeline benchmark (pipebench.h) */
+        bool stored_uncommitted;        /* an offset was stored since the last commit */
+
+        /* Exactly-once: the positions after the records whose outputs are
+         * in the open transaction (what its commit sends), and the commit
+         * point in progress (the intake closed until what is in the slots is
+         * produced and acknowledged). */
+        rd_kafka_topic_partition_list_t *txn_offsets;
+        uint64_t txn_opened_us;         /* when the open transaction was first seen; 0 = none */
+        bool txn_closing;
+        bool txn_doomed;                /* a delivery failed in the open transaction (a DLQ copy too large
+                                         * for the broker): once the slots are empty it is aborted and the
+                                         * partitions rewound; outputs meanwhile are dropped */
+        int txn_doomed_aborts;          /* such aborts since the last commit (a limit stops a loop) */
+        int exit_status;
+        uint64_t drain_started_us;
+
+        /* A model swap in place (a reload that changes the weights file,
+         * the precision or a budget). The new file is loaded on its own
+         * thread while the loop keeps serving (stage_*); then the plan is
+         * checked, fetching paused, and once the slots are empty and their
+         * offsets stored, the engine swaps (daemon_swap_*). */
+        cfg_t *swap_cfg;                /* owned: the reloaded file, whose swap keys are adopted on success */
+        pthread_t stage_thread;
+        bool stage_running;             /* the thread was started and not yet joined */
+        int stage_efd;                  /* eventfd: the thread is done */
+        sd_event_source *stage_io;
+        model_t *stage_model;           /* the thread's result; owned from the join on */
+        labels_t *stage_labels;         /* the new config's labels, read against stage_model's classes */
+        struct stat stage_stat;         /* the staged file's identity, read before its load */
+        bool stage_have_stat;
+        /* The identity of the weights file the running model came from, so
+         * that a reload notices a new file written at the same path. */
+        struct stat weights_stat;
+        bool have_weights_stat;
+        int stage_r;
+        errbuf_t stage_err;
+        model_t *swap_model;            /* owned: staged, its plan checked, waiting for the slots to empty */
+        labels_t *swap_labels;          /* owned: swap_model's labels (NULL: none configured) */
+        char model_name[MODEL_ARCH_MAX + 32];   /* build_info's model label: daemon_model_name */
+        plan_t swap_plan;
+        uint64_t swap_paused_us;        /* when fetching was paused for the swap */
+        daemon_reload_stats_t reload_stats;
+
+        /* Progress and statistics (the pipeline counts its own). */
+        uint64_t delivered;
+        uint64_t status_last_us, status_last_delivered, status_last_batches, status_last_batch_records;
+        uint64_t watchdog_usec;
+        uint64_t watchdog_next_us;      /* the next WATCHDOG=1 is due (daemon_watchdog_ping) */
+
+        /* Metrics ([metrics] listen): the server, and what the sampling
+         * timer last read; the counters are the pipeline's and Kafka's. */
+        httpd_t *httpd;
+        sd_event_source *sample_timer;
+        const char *version;            /* borrowed (daemon_set_version) */
+        bool reloading;
+        metrics_hist_t latency;         /* Kafka timestamp to the prediction's delivery report */
+        bool have_process, have_gpu, gpu_failed;
+        metrics_process_t process;
+        engine_device_memory_t gpu;
+};
+
+/* The daemon's times are on the pipeline's clock, so that deadlines and
+ * progress times from either compare. */
+static inline uint64_t daemon_now_us(void) {
+        return pipeline_now_us();
+}
+
+/* daemon.c: the object, its loop and the drain. */
+void daemon_fail(daemon_t *d, int status);
+void daemon_stats(const daemon_t *d, pipeline_stats_t *st);
+int daemon_records_in_slots(const daemon_t *d);
+void daemon_pump(daemon_t *d);
+void daemon_log_left(daemon_t *d, const char *why);
+void daemon_watchdog_ping(daemon_t *d);
+
+/* daemon_txn.c: exactly-once, the commit points. */
+bool daemon_eos(const daemon_t *d);
+int daemon_txn_note(daemon_t *d, const char *topic, int32_t partition, int64_t next);
+int daemon_txn_abort(daemon_t *d, bool rewind);
+int daemon_txn_commit(daemon_t *d, bool rewind);
+void daemon_txn_maybe_close(daemon_t *d);
+void daemon_txn_check(daemon_t *d);
+
+/* daemon_rebalance.c: Kafka's callbacks (kafka_callbacks_t) and the
+ * pipeline's skipped record. */
+void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts);
+void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost);
+void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts);
+void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m);
+void daemon_on_fatal(void *userdata, const char *reason);
+void daemon_pipeline_skipped(void *userdata, pipeline_ticket_t *t);
+
+/* daemon_reload.c: SIGHUP, and the model swap's steps that the drain and
+ * the event handlers call. */
+int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata);
+void daemon_swap_end(daemon_t *d, const char *result);
+void daemon_swap_check(daemon_t *d);
+void daemon_stage_join(daemon_t *d);
+
+/* daemon_metrics.c: the endpoint and the sampling timer. */
+int daemon_metrics_start(daemon_t *d, errbuf_t *err);
+void daemon_sample(daemon_t *d);
+
+/* daemon_plan.c: the engine options a config gives (shared with inferd --plan). */
+void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budget, size_t len);
+
+#endif

@@ -1,0 +1,411 @@
+/* daemon_reload: SIGHUP, the reload of the config file (the live keys
+ * applied, the others logged), and the model swap in place: the staging
+ * thread that loads the new weights beside the running model, the plan
+ * check, the pause until the slots are empty, and engine_swap.
+ *
+ * Not here: the config's parsing and diff (cfg.c), the engine's swap
+ * itself (engine_swap), the options a plan is made from (daemon_plan.c). */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/daemon_model.h"
+#include "daemon/daemon_priv.h"
+#include "daemon/log.h"
+#include "core/units.h"
+
+/* --- model swap in place ------------------------------------------------------------- */
+
+/* Ends a reload that took a swap path: READY=1 again, and the counters. */
+void daemon_swap_end(daemon_t *d, const char *result) {
+        if (!strcmp(result, "applied")) {
+                d->reload_stats.swaps_applied++;
+                d->reload_stats.reloads_applied++;
+        } else if (!strcmp(result, "failed")) {
+                d->reload_stats.swaps_failed++;
+                d->reload_stats.reloads_rejected++;
+        } else {
+                d->reload_stats.swaps_rejected++;
+                d->reload_stats.reloads_rejected++;
+        }
+        cfg_free(d->swap_cfg);
+        d->swap_cfg = NULL;
+        model_free(d->swap_model);
+        d->swap_model = NULL;
+        labels_free(d->swap_labels);
+        d->swap_labels = NULL;
+        if (d->swap_paused_us && !d->txn_closing && !d->exit_status && !d->draining && d->pipeline) {
+                pipeline_set_intake(d->pipeline, true);
+                daemon_pump(d);
+        }
+        d->swap_paused_us = 0;
+        d->reloading = false;
+        if (!d->draining && !d->exit_status)
+                sd_notify(0, "READY=1\nSTATUS=Reloaded");
+}
+
+static void daemon_swap_reject(daemon_t *d, const char *why) {
+        log_error("Reload rejected: %s; the running model (%s) keeps serving and nothing changed", why,
+                  d->model->id);
+        daemon_swap_end(d, "rejected");
+}
+
+/* Step 4, once the slots are empty and every result is acknowledged (its
+ * offset stored): the engine frees the old weights and puts the new ones in
+ * the same arena (engine_swap); the old host model is freed; predictions
+ * carry the new model id from the next batch on. */
+static void daemon_swap_apply(daemon_t *d) {
+        uint64_t t0 = daemon_now_us(), t1;
+        model_t *old = d->model;
+        const plan_t *plan;
+        errbuf_t err = {};
+        char size[32], arena[32], host[32], budget[32], pinned[32];
+        int r;
+
+        r = engine_swap(d->engine, d->swap_model, &d->swap_plan, &err);
+        if (r == -EBUSY) {
+                /* Not idle after all: nothing changed, so it is only refused. */
+                daemon_swap_reject(d, err.msg);
+                return;
+        }
+        if (r < 0) {
+                log_error("Failed to swap the model after the old weights were freed: %s; exiting with status 1, "
+                          "so that systemd restarts inferd on '%s' as configured",
+                          err.msg, d->swap_cfg->model.weights);
+                daemon_swap_end(d, "failed");
+                daemon_fail(d, 1);
+                return;
+        }
+        /* The engine reads the new model's weights; the old set goes. The
+         * labels go with the model (the pipeline borrows them). */
+        d->model = d->swap_model;
+        d->swap_model = NULL;
+        model_free(old);
+        pipeline_set_labels(d->pipeline, d->swap_labels);
+        labels_free(d->labels);
+        d->labels = d->swap_labels;
+        d->swap_labels = NULL;
+        memcpy(d->cfg->model.labels, d->swap_cfg->model.labels, sizeof(d->cfg->model.labels));
+        memcpy(d->cfg->model.weights, d->swap_cfg->model.weights, sizeof(d->cfg->model.weights));
+        d->weights_stat = d->stage_stat;
+        d->have_weights_stat = d->stage_have_stat;
+        d->cfg->model.precision = d->swap_cfg->model.precision;
+        memcpy(d->cfg->memory.gpu_budget, d->swap_cfg->memory.gpu_budget, sizeof(d->cfg->memory.gpu_budget));
+        d->cfg->memory.gpu_budget_is_percent = d->swap_cfg->memory.gpu_budget_is_percent;
+        d->cfg->memory.host_budget_bytes = d->swap_cfg->memory.host_budget_bytes;
+        r = pipeline_engine_swapped(d->pipeline, d->model->id, precision_name(engine_precision(d->engine)),
+                                    d->cfg->memory.max_batch);
+        assert(r == 0);
+        t1 = daemon_now_us();
+        d->reload_stats.last_swap_s = (double)(t1 - t0) / 1e6;
+        d->reload_stats.last_swap_pause_s = (double)(t1 - d->swap_paused_us) / 1e6;
+        plan = engine_plan_of(d->engine);
+        /* The plan charges what the engine holds since start: its whole
+         * arena and staging, whatever this batch carves of them. */
+        log_info("Swapped the model in place to %s (%s, %d class%s, '%s'): engine %s %s, batch %d, device plan %s with the %s "
+                 "arena allocated at start, host plan %s of %s with the %d decode thread%s running since start "
+                 "and the %s of pinned buffers allocated at start; the swap took %.1f ms, fetching was paused for "
+                 "%.1f ms",
+                 d->model->id, d->model->arch.name, d->model->classes, d->model->classes == 1 ? "" : "es",
+                 d->cfg->model.weights, engine_backend(d->engine),
+                 precision_name(engine_precision(d->engine)), engine_max_batch(d->engine),
+                 units_format_size(plan->total_bytes, size, sizeof(size)),
+                 units_format_size(plan->held_arena_bytes, arena, sizeof(arena)),
+                 units_format_size(plan->pinned_host_bytes + plan->decode_host_bytes, host, sizeof(host)),
+                 units_format_size(plan->host_budget_bytes, budget, sizeof(budget)), plan->decode_threads,
+                 plan->decode_threads == 1 ? "" : "s",
+                 units_format_size(plan->pinned_host_bytes, pinned, sizeof(pinned)),
+                 d->reload_stats.last_swap_s * 1e3, d->reload_stats.last_swap_pause_s * 1e3);
+        daemon_swap_end(d, "applied");
+}
+
+/* Step 3's end: whether the slots are empty and every result acknowledged
+ * (its offset stored); then the swap. Called wherever those change. */
+void daemon_swap_check(daemon_t *d) {
+        if (!d->swap_model || !d->swap_paused_us || d->exit_status || d->draining)
+                return;
+        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
+            kafka_producer_outstanding(d->kafka) > 0)
+                return;
+        daemon_swap_apply(d);
+}
+
+/* The staging thread: step 1, off the loop. */
+static void *daemon_stage_main(void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t one = 1;
+
+        d->stage_have_stat = stat(d->swap_cfg->model.weights, &d->stage_stat) == 0;
+        d->stage_r = model_load(&d->stage_model, d->swap_cfg->model.weights, &d->stage_err);
+        if (d->stage_r == 0)
+                d->stage_r = daemon_model_check(d->swap_cfg, d->stage_model, &d->stage_labels, &d->stage_err);
+        if (write(d->stage_efd, &one, sizeof(one)) != sizeof(one))
+                abort();        /* an eventfd write of 1 cannot fail */
+        return NULL;
+}
+
+void daemon_stage_join(daemon_t *d) {
+        if (!d->stage_running)
+                return;
+        pthread_join(d->stage_thread, NULL);
+        d->stage_running = false;
+}
+
+/* The new file is loaded and validated (or refused): step 2, the plan. */
+static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+        engine_options_t o;
+        errbuf_t err = {};
+        char host[32], pinned[32], why[sizeof(err.msg) + PATH_MAX + 64];
+        uint64_t v;
+        int r;
+
+        (void)s;
+        (void)revents;
+        if (read(fd, &v, sizeof(v)) != sizeof(v))
+                return 0;
+        daemon_stage_join(d);
+        if (d->stage_r < 0) {
+                model_free(d->stage_model);
+                d->stage_model = NULL;
+                snprintf(why, sizeof(why), "%s", d->stage_err.msg);
+                daemon_swap_reject(d, why);
+                return 0;
+        }
+        d->swap_model = d->stage_model;
+        d->stage_model = NULL;
+        d->swap_labels = d->stage_labels;
+        d->stage_labels = NULL;
+        if (d->draining || d->exit_status) {
+                log_info("Reload: not swapping the model: the daemon is stopping");
+                daemon_swap_end(d, "rejected");
+                return 0;
+        }
+        /* The decode pool stays as made at start: the plan charges it. */
+        daemon_swap_engine_options(d->swap_cfg, d->decode ? decode_pool_threads(d->decode) : 0,
+                                   d->decode ? decode_pool_max_pixels(d->decode) : 0, &o, host, sizeof(host));
+        r = engine_swap_plan(d->engine, d->swap_model, &o, &d->swap_plan, &err);
+        if (r < 0) {
+                snprintf(why, sizeof(why), "the new plan for '%s': %s", d->swap_cfg->model.weights, err.msg);
+                daemon_swap_reject(d, why);
+                return 0;
+        }
+        if (d->swap_cfg->memory.host_budget_bytes != d->cfg->memory.host_budget_bytes)
+                log_warning("Reload: [memory] host_budget changed: the new plan charges it with the pinned "
+                            "buffers allocated at start (%s) and the %d decode thread%s running since start; "
+                            "librdkafka's queue limits stay as set at start",
+                            units_format_size(d->swap_plan.pinned_host_bytes, pinned, sizeof(pinned)),
+                            d->swap_plan.decode_threads, d->swap_plan.decode_threads == 1 ? "" : "s");
+        /* Step 3: nothing new is taken; what is in the slots finishes. */
+        log_info("Reload: %s (%s, %d class%s) from '%s' validated (%s, batch %d); pausing fetching and finishing %d record(s) in "
+                 "flight",
+                 d->swap_model->id, d->swap_model->arch.name, d->swap_model->classes,
+                 d->swap_model->classes == 1 ? "" : "es", d->swap_cfg->model.weights,
+                 precision_name(d->swap_plan.precision),
+                 d->swap_plan.max_batch, daemon_records_in_slots(d));
+        d->swap_paused_us = daemon_now_us();
+        pipeline_set_intake(d->pipeline, false);
+        daemon_swap_check(d);
+        return 0;
+}
+
+/* Step 1: the new file (next's weights) is read, validated and folded on a
+ * thread, in host memory beside the running model, which keeps serving.
+ * Takes next. */
+static void daemon_swap_begin(daemon_t *d, cfg_t *next) {
+        int r;
+
+        d->swap_cfg = next;
+        d->stage_r = 0;
+        d->stage_err = (errbuf_t){};
+        if (!d->stage_io) {
+                r = sd_event_add_io(d->event, &d->stage_io, d->stage_efd, EPOLLIN, daemon_on_stage_io, d);
+                if (r < 0) {
+                        log_error("Reload rejected: Failed to watch the staging thread: %s", strerror(-r));
+                        daemon_swap_end(d, "rejected");
+                        return;
+                }
+        }
+        log_info("Reload: loading '%s' beside the running model %s", next->model.weights, d->model->id);
+        r = -pthread_create(&d->stage_thread, NULL, daemon_stage_main, d);
+        if (r < 0) {
+                log_error("Reload rejected: Failed to start the staging thread: %s", strerror(-r));
+                daemon_swap_end(d, "rejected");
+                return;
+        }
+        d->stage_running = true;
+}
+
+/* Whether the file at path (the running model's path) is no longer the one
+ * the running model was loaded from: a new file written or renamed over it.
+ * A file that is gone is not a new model (it is logged: a restart would
+ * fail). */
+static bool daemon_weights_replaced(daemon_t *d, const char *path) {
+        struct stat sb;
+
+        if (!d->have_weights_stat)
+                return false;
+        if (stat(path, &sb) < 0) {
+                log_warning("Reload: the running model's file '%s' cannot be read (%s); it keeps serving, but a "
+                            "restart would fail",
+                            path, strerror(errno));
+                return false;
+        }
+        return sb.st_dev != d->weights_stat.st_dev || sb.st_ino != d->weights_stat.st_ino ||
+               sb.st_size != d->weights_stat.st_size || sb.st_mtim.tv_sec != d->weights_stat.st_mtim.tv_sec ||
+               sb.st_mtim.tv_nsec != d->weights_stat.st_mtim.tv_nsec;
+}
+
+/* [model] weights, precision and labels (a new model may have another
+ * class count) and the budgets are taken by a swap. */
+static bool daemon_is_swap_key(const cfg_change_t *c) {
+        return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision") ||
+                                                 !strcmp(c->key, "labels"))) ||
+               (!strcmp(c->section, "memory") && (!strcmp(c->key, "gpu_budget") || !strcmp(c->key, "host_budget")));
+}
+
+void daemon_get_reload_stats(const daemon_t *d, daemon_reload_stats_t *ret) {
+        *ret = d->reload_stats;
+}
+
+/* --- reload ------------------------------------------------------------------------ */
+
+static void daemon_reload(daemon_t *d) {
+        pipeline_stats_t st;
+        cfg_change_t changes[64];
+        cfg_t *next = NULL;
+        errbuf_t err = {};
+        size_t n = 0;
+        int r;
+
+        bool swap = false;
+
+        sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
+        d->reloading = true;
+        r = cfg_load(&next, d->config_path, &err);
+        if (r < 0) {
+                log_error("Failed to reload '%s', keeping the running configuration: %s", d->config_path, err.msg);
+                d->reload_stats.reloads_rejected++;
+                goto done;
+        }
+        cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
+        daemon_stats(d, &st);
+        if (n == 0)
+                log_info("Reloaded '%s': no key changed", d->config_path);
+        for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
+                const cfg_change_t *c = &changes[i];
+
+                if (!strcmp(c->section, "model") && !strcmp(c->key, "precision") && d->engine &&
+                    !strcmp(engine_backend(d->engine), "cpu")) {
+                        /* Nothing to swap for it: the CPU engine computes in fp32. */
+                        d->cfg->model.precision = next->model.precision;
+                        log_info("Reload: [model] precision applied (the CPU engine computes in fp32 whatever it "
+                                 "says)");
+                        continue;
+                }
+                if (daemon_is_swap_key(c)) {
+                        /* Taken together, after the live keys: a model swap. */
+                        log_info("Reload: [%s] %s changed: swapping the model in place", c->section, c->key);
+                        swap = true;
+                        continue;
+                }
+                if (!c->live) {
+                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
+                                    c->key);
+                        continue;
+                }
+                if (!strcmp(c->section, "service") && !strcmp(c->key, "log_level")) {
+                        d->cfg->service.log_level = next->service.log_level;
+                        log_set_level(next->service.log_level);
+                } else if (!strcmp(c->section, "service") && !strcmp(c->key, "top_k")) {
+                        if (next->service.top_k > d->model->classes) {
+                                log_warning("Reload: [service] top_k = %d is above the %d class%s of the running "
+                                            "model (%s); keeping %d",
+                                            next->service.top_k, d->model->classes,
+                                            d->model->classes == 1 ? "" : "es", d->model->arch.name, st.top_k);
+                                continue;
+                        }
+                        if (pipeline_set_top_k(d->pipeline, next->service.top_k) < 0) {
+                                log_warning("Reload: [service] top_k = %d is above the %d the engine was opened "
+                                            "with; this needs a restart, keeping %d",
+                                            next->service.top_k, st.engine_top_k, st.top_k);
+                                continue;
+                        }
+                        d->cfg->service.top_k = next->service.top_k;
+                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_delay_ms")) {
+                        d->cfg->batching.max_delay_ms = next->batching.max_delay_ms;
+                        pipeline_set_max_delay_ms(d->pipeline, next->batching.max_delay_ms);
+                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_images_per_s")) {
+                        /* 0 lifts the cap; a batch waiting for it goes now. */
+                        d->cfg->batching.max_images_per_s = next->batching.max_images_per_s;
+                        pipeline_set_max_images_per_s(d->pipeline, next->batching.max_images_per_s);
+                } else if (!strcmp(c->section, "batching") && (!strcmp(c->key, "max_record_age") ||
+                                                               !strcmp(c->key, "max_record_age_action"))) {
+                        d->cfg->batching.max_record_age_ms = next->batching.max_record_age_ms;
+                        d->cfg->batching.max_record_age_action = next->batching.max_record_age_action;
+                        pipeline_set_max_record_age(d->pipeline, next->batching.max_record_age_ms,
+                                                    next->batching.max_record_age_action == CFG_AGE_SKIP);
+                } else if (!strcmp(c->section, "service") &&
+                           (!strcmp(c->key, "trace_headers") || !strcmp(c->key, "timing_header"))) {
+                        d->cfg->service.trace_headers = next->service.trace_headers;
+                        d->cfg->service.timing_header = next->service.timing_header;
+                        pipeline_set_headers(d->pipeline, next->service.trace_headers, next->service.timing_header);
+                } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
+                        int got = pipeline_set_max_batch(d->pipeline, next->memory.max_batch);
+
+                        d->cfg->memory.max_batch = next->memory.max_batch;
+                        if (got != next->memory.max_batch)
+                                log_warning("Reload: [memory] max_batch = %d is above the plan's %d; using %d",
+                                            next->memory.max_batch, st.batch_capacity, got);
+                } else if (!strcmp(c->section, "drain") && !strcmp(c->key, "timeout_s")) {
+                        d->cfg->drain.timeout_s = next->drain.timeout_s;
+                } else {
+                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
+                                    c->key);
+                        continue;
+                }
+                log_info("Reload: [%s] %s applied", c->section, c->key);
+        }
+        if (n > sizeof(changes) / sizeof(changes[0]))
+                log_warning("Reload: %zu more changes not listed; they need a restart",
+                            n - sizeof(changes) / sizeof(changes[0]));
+        if (!swap && !strcmp(next->model.weights, d->cfg->model.weights) &&
+            daemon_weights_replaced(d, next->model.weights)) {
+                log_info("Reload: '%s' is a new file at the same path: swapping the model in place",
+                         next->model.weights);
+                swap = true;
+        }
+        if (swap) {
+                /* READY=1 comes when the swap ends (daemon_swap_end). */
+                daemon_swap_begin(d, next);
+                return;
+        }
+        d->reload_stats.reloads_applied++;
+done:
+        cfg_free(next);
+        d->reloading = false;
+        sd_notify(0, "READY=1\nSTATUS=Reloaded");
+}
+
+int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        daemon_t *d = userdata;
+
+        (void)s;
+        (void)si;
+        if (d->draining) {
+                log_info("Ignoring SIGHUP while draining");
+                return 0;
+        }
+        if (d->swap_cfg) {
+                log_warning("Ignoring SIGHUP: the model swap of the previous reload is still in progress");
+                return 0;
+        }
+        daemon_reload(d);
+        return 0;
+}
