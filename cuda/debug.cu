@@ -18,48 +18,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "cuda_check.h"
 #include "cuda_types.cuh"
 #include "engine_cuda_impl.h"
 #include "engine_cuda_debug.h"
 
+/* cuda_from_f32 and cuda_to_f32 (round to nearest even; fp32 unchanged)
+ * over n elements. */
 void cuda_host_from_f32(precision_t p, const float *in, size_t n, void *out) {
-        switch (p) {
-        case PRECISION_FP32:
-                memcpy(out, in, n * sizeof(float));
-                break;
-        case PRECISION_FP16:
-                for (size_t i = 0; i < n; i++)
-                        ((__half *)out)[i] = __float2half_rn(in[i]);
-                break;
-        case PRECISION_BF16:
-                for (size_t i = 0; i < n; i++)
-                        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(in[i]);
-                break;
-        default:
+        if (cuda_storage_dispatch(p, [&](auto st) {
+                    typedef typename decltype(st)::type T;
+
+                    for (size_t i = 0; i < n; i++)
+                            ((T *)out)[i] = cuda_from_f32<T>(in[i]);
+            }) < 0)
                 assert(!"bad precision");
-        }
 }
 
 void cuda_host_to_f32(precision_t p, const void *in, size_t n, float *out) {
-        switch (p) {
-        case PRECISION_FP32:
-                memcpy(out, in, n * sizeof(float));
-                break;
-        case PRECISION_FP16:
-                for (size_t i = 0; i < n; i++)
-                        out[i] = __half2float(((const __half *)in)[i]);
-                break;
-        case PRECISION_BF16:
-                for (size_t i = 0; i < n; i++)
-                        out[i] = __bfloat162float(((const __nv_bfloat16 *)in)[i]);
-                break;
-        default:
+        if (cuda_storage_dispatch(p, [&](auto st) {
+                    typedef typename decltype(st)::type T;
+
+                    for (size_t i = 0; i < n; i++)
+                            out[i] = cuda_to_f32(((const T *)in)[i]);
+            }) < 0)
                 assert(!"bad precision");
-        }
 }
 
 static cuda_engine_t *debug_engine(engine_t *e) {

@@ -83,25 +83,12 @@ int cuda_maxpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
         /* Every window holds at least one real pixel, or -inf would leak out. */
         assert(pad < k);
         blocks = cuda_blocks_for((long long)n * ho * wo * c);
-        switch (p) {
-        case PRECISION_FP32:
-                maxpool_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>((const float *)in, n, h, w, c, k, stride, pad,
-                                                                       ho, wo, (float *)out);
-                break;
-        case PRECISION_FP16:
-                maxpool_kernel<__half><<<blocks, CUDA_THREADS, 0, s>>>((const __half *)in, n, h, w, c, k, stride,
-                                                                        pad, ho, wo, (__half *)out);
-                break;
-        case PRECISION_BF16:
-                maxpool_kernel<__nv_bfloat16><<<blocks, CUDA_THREADS, 0, s>>>(
-                        (const __nv_bfloat16 *)in, n, h, w, c, k, stride, pad, ho, wo, (__nv_bfloat16 *)out);
-                break;
-        default:
-                assert(!"bad precision");
-                return errbuf_set(err, -EINVAL, "maxpool: unsupported precision");
-        }
-        CUDA_LAUNCH_RETURN("maxpool kernel launch");
-        return 0;
+        return cuda_launch_typed(p, "maxpool", err, [&](auto st) {
+                typedef typename decltype(st)::type T;
+
+                maxpool_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>((const T *)in, n, h, w, c, k, stride, pad, ho, wo,
+                                                                   (T *)out);
+        });
 }
 
 int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, void *out,
@@ -110,24 +97,11 @@ int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
 
         assert(in && out && n >= 1 && h >= 1 && w >= 1 && c >= 1);
         blocks = cuda_blocks_for((long long)n * c);
-        switch (p) {
-        case PRECISION_FP32:
-                avgpool_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>((const float *)in, n, h * w, c, (float *)out);
-                break;
-        case PRECISION_FP16:
-                avgpool_kernel<__half>
-                        <<<blocks, CUDA_THREADS, 0, s>>>((const __half *)in, n, h * w, c, (__half *)out);
-                break;
-        case PRECISION_BF16:
-                avgpool_kernel<__nv_bfloat16><<<blocks, CUDA_THREADS, 0, s>>>((const __nv_bfloat16 *)in, n, h * w,
-                                                                               c, (__nv_bfloat16 *)out);
-                break;
-        default:
-                assert(!"bad precision");
-                return errbuf_set(err, -EINVAL, "avgpool: unsupported precision");
-        }
-        CUDA_LAUNCH_RETURN("avgpool kernel launch");
-        return 0;
+        return cuda_launch_typed(p, "avgpool", err, [&](auto st) {
+                typedef typename decltype(st)::type T;
+
+                avgpool_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>((const T *)in, n, h * w, c, (T *)out);
+        });
 }
 
 #ifndef INFERD_CUDA_ARCH_LIST

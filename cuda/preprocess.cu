@@ -89,21 +89,9 @@ int cuda_preprocess(cudaStream_t s, precision_t p, const uint8_t *records, const
                 nm.std[c] = cpu_imagenet_std[c];
         }
         blocks = cuda_blocks_for((long long)n * SAMPLE_ELEMS);
-        switch (p) {
-        case PRECISION_FP32:
-                preprocess_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (float *)out);
-                break;
-        case PRECISION_FP16:
-                preprocess_kernel<__half><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (__half *)out);
-                break;
-        case PRECISION_BF16:
-                preprocess_kernel<__nv_bfloat16>
-                        <<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (__nv_bfloat16 *)out);
-                break;
-        default:
-                assert(!"bad precision");
-                return errbuf_set(err, -EINVAL, "preprocess: unsupported precision");
-        }
-        CUDA_LAUNCH_RETURN("preprocess kernel launch");
-        return 0;
+        return cuda_launch_typed(p, "preprocess", err, [&](auto st) {
+                typedef typename decltype(st)::type T;
+
+                preprocess_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>(records, formats, offsets, n, nm, (T *)out);
+        });
 }

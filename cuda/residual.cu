@@ -34,21 +34,9 @@ int cuda_add_relu(cudaStream_t s, precision_t p, void *d, const void *res, long 
 
         assert(d && res && d != res && elems >= 1);
         blocks = cuda_blocks_for(elems);
-        switch (p) {
-        case PRECISION_FP32:
-                add_relu_kernel<float><<<blocks, CUDA_THREADS, 0, s>>>((float *)d, (const float *)res, elems);
-                break;
-        case PRECISION_FP16:
-                add_relu_kernel<__half><<<blocks, CUDA_THREADS, 0, s>>>((__half *)d, (const __half *)res, elems);
-                break;
-        case PRECISION_BF16:
-                add_relu_kernel<__nv_bfloat16>
-                        <<<blocks, CUDA_THREADS, 0, s>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)res, elems);
-                break;
-        default:
-                assert(!"bad precision");
-                return errbuf_set(err, -EINVAL, "add-ReLU: unsupported precision");
-        }
-        CUDA_LAUNCH_RETURN("add-ReLU kernel launch");
-        return 0;
+        return cuda_launch_typed(p, "add-ReLU", err, [&](auto st) {
+                typedef typename decltype(st)::type T;
+
+                add_relu_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>((T *)d, (const T *)res, elems);
+        });
 }

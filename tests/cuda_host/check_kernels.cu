@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 /* Failures of the current test; the first message is kept for its FAIL line. */
@@ -368,6 +369,39 @@ static void check_add_relu(void) {
         }
 }
 
+/* cuda_storage_dispatch, the launchers' one precision switch: each
+ * precision calls its callback once with its storage type, and a value
+ * without one (PRECISION_AUTO) is refused without a call. */
+static void check_storage_dispatch(void) {
+        const precision_t ps[] = { PRECISION_FP32, PRECISION_FP16, PRECISION_BF16 };
+
+        for (precision_t p : ps) {
+                int calls = 0, right = 0;
+                size_t bytes = 0;
+                int r = cuda_storage_dispatch(p, [&](auto st) {
+                        typedef typename decltype(st)::type T;
+
+                        calls++;
+                        bytes = sizeof(T);
+                        right = p == PRECISION_FP32   ? std::is_same<T, float>::value
+                                : p == PRECISION_FP16 ? std::is_same<T, __half>::value
+                                                      : std::is_same<T, __nv_bfloat16>::value;
+                });
+
+                CHECK(r == 0, "%s: returned %d", precision_name(p), r);
+                CHECK(calls == 1, "%s: the callback ran %d times", precision_name(p), calls);
+                CHECK(right, "%s: the callback got another storage type", precision_name(p));
+                CHECK(bytes == precision_bytes(p), "%s: a %zu-byte storage type, not %zu", precision_name(p), bytes,
+                      precision_bytes(p));
+        }
+        {
+                int calls = 0;
+                int r = cuda_storage_dispatch(PRECISION_AUTO, [&](auto) { calls++; });
+
+                CHECK(r == -EINVAL && calls == 0, "PRECISION_AUTO: returned %d after %d calls", r, calls);
+        }
+}
+
 int main() {
         int failed = 0;
 
@@ -405,6 +439,10 @@ int main() {
         fails = 0;
         check_add_relu();
         report("add_relu");
+        failed += fails > 0;
+        fails = 0;
+        check_storage_dispatch();
+        report("storage_dispatch");
         failed += fails > 0;
         return failed ? 1 : 0;
 }
