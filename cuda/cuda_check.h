@@ -19,20 +19,21 @@ extern "C" {
 #include "core/errbuf.h"
 }
 
+/* The sentence of every failure here: "what: [library: ]message (name)". */
+#define CUDA_EIO_(what, lib, msg, name) errbuf_set(err, -EIO, "%s: %s%s (%s)", (what), (lib), (msg), (name))
+
 #define CUDA_RETURN(call, what)                                                                         \
         do {                                                                                            \
                 cudaError_t c_ = (call);                                                                \
                 if (c_ != cudaSuccess)                                                                  \
-                        return errbuf_set(err, -EIO, "%s: %s (%s)", (what), cudaGetErrorString(c_),     \
-                                          cudaGetErrorName(c_));                                        \
+                        return CUDA_EIO_((what), "", cudaGetErrorString(c_), cudaGetErrorName(c_));     \
         } while (0)
 
 #define CUDA_GOTO(call, what)                                                                           \
         do {                                                                                            \
                 cudaError_t c_ = (call);                                                                \
                 if (c_ != cudaSuccess) {                                                                \
-                        r = errbuf_set(err, -EIO, "%s: %s (%s)", (what), cudaGetErrorString(c_),        \
-                                       cudaGetErrorName(c_));                                           \
+                        r = CUDA_EIO_((what), "", cudaGetErrorString(c_), cudaGetErrorName(c_));        \
                         goto fail;                                                                      \
                 }                                                                                       \
         } while (0)

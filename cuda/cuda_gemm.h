@@ -30,17 +30,19 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 extern "C" {
-#include "core/errbuf.h"
 #include "core/plan.h"
 }
 
+/* CUDA_GOTO (cuda_check.h) for a cuBLASLt status. */
 #define LT_GOTO(call, what)                                                                             \
         do {                                                                                            \
                 cublasStatus_t s_ = (call);                                                             \
                 if (s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-                        r = errbuf_set(err, -EIO, "%s: cuBLASLt: %s (%s)", (what),                      \
-                                       cublasLtGetStatusString(s_), cublasLtGetStatusName(s_));         \
+                        r = CUDA_EIO_((what), "cuBLASLt: ", cublasLtGetStatusString(s_),                \
+                                      cublasLtGetStatusName(s_));                                       \
                         goto fail;                                                                      \
                 }                                                                                       \
         } while (0)

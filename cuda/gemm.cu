@@ -209,6 +209,17 @@ static int gemm_plan_make_and_run(cuda_gemm_cache_t *c, cublasLtHandle_t lt, cud
         cublasStatus_t hs, ms = CUBLAS_STATUS_NOT_SUPPORTED;
         uint64_t ws = workspace_bytes;
         float alpha = 1.0f, beta = g->c ? 1.0f : 0.0f;
+        /* The pointers' alignments; cuBLASLt's A is our W, its B our A. */
+        const struct {
+                cublasLtMatmulPreferenceAttributes_t attr;
+                const uint32_t *bytes;
+                const char *what;
+        } align[] = {
+                { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_w, "GEMM alignment of W" },
+                { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_a, "GEMM alignment of A" },
+                { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c, "GEMM alignment of C" },
+                { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d, "GEMM alignment of D" },
+        };
         char why[128];
         int found = 0, tried = 0, r;
 
@@ -221,19 +232,10 @@ static int gemm_plan_make_and_run(cuda_gemm_cache_t *c, cublasLtHandle_t lt, cud
         LT_GOTO(cublasLtMatmulPreferenceCreate(&pref), "GEMM preference");
         LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                 "GEMM workspace preference");
-        /* cuBLASLt's A is our W, its B our A. */
-        LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_w,
-                                                     sizeof(k->al_w)),
-                "GEMM alignment of W");
-        LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_a,
-                                                     sizeof(k->al_a)),
-                "GEMM alignment of A");
-        LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c,
-                                                     sizeof(k->al_c)),
-                "GEMM alignment of C");
-        LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_d,
-                                                     sizeof(k->al_d)),
-                "GEMM alignment of D");
+        for (size_t i = 0; i < sizeof(align) / sizeof(align[0]); i++)
+                LT_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, align[i].attr, align[i].bytes,
+                                                             sizeof(*align[i].bytes)),
+                        align[i].what);
 
         /* NOT_SUPPORTED from the heuristic means "no algorithm" (-ENOTSUP,
          * which the engine takes as "try the D-typed bias"). */
