@@ -51,7 +51,7 @@ void *cuda_engine_tensor(cuda_engine_t *ce, int t) {
 
 /* --- teardown ------------------------------------------------------------- */
 
-static void cuda_engine_destroy(cuda_engine_t *ce) {
+static void cuda_destroy(cuda_engine_t *ce) {
         if (!ce)
                 return;
         /* Drain everything in flight, host callbacks included, before freeing
@@ -104,7 +104,7 @@ static void cuda_engine_destroy(cuda_engine_t *ce) {
  * GEMM K is padded (conv1) gets its block as (cout, gemm_k) with zero pad
  * columns in the workspace's padded-weights region instead, and its block
  * in the weights region stays zero. */
-static int upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
+static int cuda_upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
         size_t w_off[MODEL_MAX_OPS], b_off[MODEL_MAX_OPS];
         uint64_t pw_off[MODEL_MAX_OPS];
         size_t biggest = 0;
@@ -210,7 +210,7 @@ fail:
 
 /* The bias types to try and the residual mode, from the precision and the
  * environment (open step 5; a model swap chooses again for its precision). */
-static void choose_modes(cuda_engine_t *ce, const model_t *m) {
+static void cuda_choose_modes(cuda_engine_t *ce, const model_t *m) {
         const char *bias_env = getenv("INFERD_CUDA_BIAS");
         const char *res_env = getenv("INFERD_CUDA_RESIDUAL");
         int try_fp32 = ce->precision != PRECISION_FP32 && !(bias_env && strcmp(bias_env, "precision") == 0);
@@ -228,7 +228,7 @@ static void choose_modes(cuda_engine_t *ce, const model_t *m) {
  * any capture, so that whatever cuBLASLt or the driver initialises lazily
  * on a first call (kernel modules, function attributes) happens there and
  * not inside a capture, and a failure names the layer plainly. */
-static int capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
+static int cuda_capture_graphs(cuda_engine_t *ce, errbuf_t *err) {
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         cudaError_t c;
@@ -423,8 +423,8 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
          *    precision skips the try). The residual mode: fused through C
          *    (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
          *    epilogue and cuda_add_relu, the fallback the GPU tests compare. */
-        choose_modes(ce, e->model);
-        r = upload_weights(ce, e->model, err);
+        cuda_choose_modes(ce, e->model);
+        r = cuda_upload_weights(ce, e->model, err);
         if (r < 0)
                 goto fail;
 
@@ -441,7 +441,7 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
                         goto fail;
                 }
         }
-        r = capture_graphs(ce, err);
+        r = cuda_capture_graphs(ce, err);
         if (r < 0)
                 goto fail;
 
@@ -477,7 +477,7 @@ fail:
                 if (cuda_error_is_sticky(c))
                         r = errbuf_prefix(err, r, "the CUDA context is lost (%s)", cudaGetErrorName(c));
         }
-        cuda_engine_destroy(ce);
+        cuda_destroy(ce);
         return r;
 }
 
@@ -485,7 +485,7 @@ static void cuda_close(engine_t *e) {
         if (!e || !e->impl)
                 return;
         (void)cudaSetDevice(e->device);
-        cuda_engine_destroy((cuda_engine_t *)e->impl);
+        cuda_destroy((cuda_engine_t *)e->impl);
         e->impl = NULL;
 }
 
@@ -494,8 +494,8 @@ static void cuda_close(engine_t *e) {
 /* The arena layout plan gives for next, and whether it fits what open
  * allocated: the device arena and the pinned staging (nothing is allocated
  * after open), and the graphs' term (they are captured again). */
-static int swap_layout(const engine_t *e, const model_t *next, const plan_t *plan, engine_cuda_layout_t *L,
-                       errbuf_t *err) {
+static int cuda_swap_layout(const engine_t *e, const model_t *next, const plan_t *plan, engine_cuda_layout_t *L,
+                            errbuf_t *err) {
         const cuda_engine_t *ce = (const cuda_engine_t *)e->impl;
         char a[32], b[32];
         int r;
@@ -530,7 +530,7 @@ static int cuda_swap_fits(const engine_t *e, const model_t *next, const plan_t *
         if (((const cuda_engine_t *)e->impl)->failed)
                 return errbuf_set(err, -EIO, "the CUDA engine has failed: %s",
                                   ((const cuda_engine_t *)e->impl)->failed_why);
-        return swap_layout(e, next, plan, &L, err);
+        return cuda_swap_layout(e, next, plan, &L, err);
 }
 
 /* Idle (engine_swap checked): the old graphs go, the whole arena is
@@ -546,7 +546,7 @@ static int cuda_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *e
         assert(ce->n_in_flight == 0);
         if (!next->weights || !next->biases)
                 return errbuf_set(err, -EINVAL, "the new model has no weights loaded");
-        r = swap_layout(e, next, plan, &L, err);
+        r = cuda_swap_layout(e, next, plan, &L, err);
         if (r < 0)
                 return r;
         CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
@@ -583,11 +583,11 @@ static int cuda_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *e
         ce->max_batch = plan->max_batch;
         ce->top_k = plan->top_k;
         memcpy(ce->tensor_off, plan->tensor_offset, sizeof(ce->tensor_off));
-        choose_modes(ce, next);
-        r = upload_weights(ce, next, err);
+        cuda_choose_modes(ce, next);
+        r = cuda_upload_weights(ce, next, err);
         if (r < 0)
                 goto fail;
-        r = capture_graphs(ce, err);
+        r = cuda_capture_graphs(ce, err);
         if (r < 0)
                 goto fail;
         model_drop_host_weights(next);
@@ -655,7 +655,7 @@ int cuda_engine_check_lost(cuda_engine_t *ce, cudaStream_t s, int r, errbuf_t *e
  * slot's copy stream, so that no copy still reads the slot's pinned input
  * when the caller reuses it (with a lost context the wait returns at once,
  * and nothing runs any more either). */
-static int submit_fail(cuda_engine_t *ce, cudaStream_t cs, cudaError_t c, const char *what, errbuf_t *err) {
+static int cuda_submit_fail(cuda_engine_t *ce, cudaStream_t cs, cudaError_t c, const char *what, errbuf_t *err) {
         int r = cuda_engine_fail(ce, c, what, err);
 
         (void)cudaStreamSynchronize(cs);
@@ -715,7 +715,7 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
         if ((c = cudaSetDevice(e->device)) != cudaSuccess)
                 return cuda_engine_fail(ce, c, "selecting the CUDA device", err);
         /* From here on a failure may leave an H2D copy of this slot's pinned
-         * input queued or running: submit_fail waits for the slot's copy
+         * input queued or running: cuda_submit_fail waits for the slot's copy
          * stream before the slot goes back to the caller as idle. */
         if ((c = cudaMemcpyAsync(dev + ce->L.slot.input_off, host + ce->L.slot.input_off, (size_t)input_bytes,
                                  cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
@@ -723,30 +723,30 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
                                  (size_t)bucket * sizeof(int32_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(dev + ce->L.slot.offsets_off, host + ce->L.slot.offsets_off,
                                  (size_t)bucket * sizeof(int64_t), cudaMemcpyHostToDevice, cs)) != cudaSuccess)
-                return submit_fail(ce, cs, c, "copying a batch to the device", err);
+                return cuda_submit_fail(ce, cs, c, "copying a batch to the device", err);
         if ((c = cudaEventRecord(ce->ev_in[slot], cs)) != cudaSuccess ||
             (c = cudaStreamWaitEvent(ce->compute, ce->ev_in[slot], 0)) != cudaSuccess)
-                return submit_fail(ce, cs, c, "ordering a batch's copy before its compute", err);
+                return cuda_submit_fail(ce, cs, c, "ordering a batch's copy before its compute", err);
         if ((c = cudaGraphLaunch(ce->graphs[slot * ce->n_buckets + bi], ce->compute)) != cudaSuccess)
-                return submit_fail(ce, cs, c, "launching a batch's graph", err);
+                return cuda_submit_fail(ce, cs, c, "launching a batch's graph", err);
         if ((c = cudaEventRecord(ce->ev_done[slot], ce->compute)) != cudaSuccess ||
             (c = cudaStreamWaitEvent(cs, ce->ev_done[slot], 0)) != cudaSuccess)
-                return submit_fail(ce, cs, c, "ordering a batch's compute before its results", err);
+                return cuda_submit_fail(ce, cs, c, "ordering a batch's compute before its results", err);
         if ((c = cudaMemcpyAsync(host + ce->L.slot.logits_off, dev + ce->L.slot.logits_off,
                                  (size_t)n * ce->model->classes * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(host + ce->L.slot.topk_off, dev + ce->L.slot.topk_off,
                                  (size_t)n * ce->top_k * sizeof(engine_topk_t), cudaMemcpyDeviceToHost, cs)) !=
                     cudaSuccess)
-                return submit_fail(ce, cs, c, "copying a batch's results to the host", err);
+                return cuda_submit_fail(ce, cs, c, "copying a batch's results to the host", err);
         if ((c = cudaLaunchHostFunc(cs, cuda_on_done, &ce->cbs[slot])) != cudaSuccess)
-                return submit_fail(ce, cs, c, "queueing a batch's completion callback", err);
+                return cuda_submit_fail(ce, cs, c, "queueing a batch's completion callback", err);
         ce->in_flight[slot] = 1;
         ce->n_in_flight++;
         return 0;
 }
 
 /* Clears the eventfd's readiness; called with the lock held. */
-static void drain_eventfd(cuda_engine_t *ce) {
+static void cuda_drain_eventfd(cuda_engine_t *ce) {
         uint64_t v;
 
         /* EAGAIN when it is already clear. */
@@ -767,7 +767,7 @@ static int cuda_reap(engine_t *e, int *slot, errbuf_t *err) {
                 ce->done_count--;
         }
         if (ce->done_count == 0)
-                drain_eventfd(ce);
+                cuda_drain_eventfd(ce);
         pthread_mutex_unlock(&ce->lock);
 
         (void)cudaSetDevice(e->device);
