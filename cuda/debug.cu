@@ -10,7 +10,7 @@
  * submit/reap.
  *
  * The host-side fp32 <-> precision conversion lives here too: the weight
- * upload in engine_cuda.cu needs it, so linking the engine from
+ * upload in weights.cu needs it, so linking the engine from
  * libinferd-core.a always pulls this object in, and the GPU tests, which
  * reach the functions below through weak references, find them. */
 #include <assert.h>

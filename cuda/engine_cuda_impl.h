@@ -1,7 +1,7 @@
 /* engine_cuda_impl: the CUDA engine's private state, shared by its .cu files
- * (engine_cuda.cu: open/close/submit/reap; forward.cu: the network on a
- * stream; debug.cu: single steps for the GPU tests). Not an interface: only
- * cuda/ includes it.
+ * (engine_cuda.cu: open/close/swap/submit/reap; weights.cu: the weight
+ * upload; forward.cu: the network on a stream; debug.cu: single steps for
+ * the GPU tests). Not an interface: only cuda/ includes it.
  *
  * Streams and slots. Every slot s has its own device staging (records,
  * formats, logits, top-k: engine_cuda_plan.h) and its own copy stream
@@ -109,6 +109,11 @@ int cuda_engine_fail(cuda_engine_t *ce, cudaError_t c, const char *what, errbuf_
  * error, found by synchronising s); marks the engine lost and failed, and
  * says so in err. Returns r. */
 int cuda_engine_check_lost(cuda_engine_t *ce, cudaStream_t s, int r, errbuf_t *err);
+/* weights.cu: m's conv/fc weights and biases into the arena at ce->L's
+ * offsets, in ce->precision (biases per ce->bias_fp32), setting ce->w and
+ * ce->bias; waits until they have landed. Returns 0, -EINVAL (the layout
+ * disagrees with the plan), -ENOMEM or -EIO. */
+int cuda_engine_upload_weights(cuda_engine_t *ce, const model_t *m, errbuf_t *err);
 /* Conv i's bias goes to the precision for good (uploaded again from the
  * model's host copy, open only). Returns 0 or -EIO. */
 int cuda_engine_bias_to_precision(cuda_engine_t *ce, int i, errbuf_t *err);
