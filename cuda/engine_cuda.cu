@@ -52,6 +52,17 @@ void *cuda_engine_tensor(cuda_engine_t *ce, int t) {
 
 /* --- teardown ------------------------------------------------------------- */
 
+/* The graphs, on an idle engine (nothing runs them): at teardown, and when
+ * a model is loaded into the engine again. */
+static void cuda_graphs_destroy(cuda_engine_t *ce) {
+        for (int i = 0; ce->graphs && i < ce->depth * ce->n_buckets; i++)
+                if (ce->graphs[i])
+                        (void)cudaGraphExecDestroy(ce->graphs[i]);
+        free(ce->graphs);
+        ce->graphs = NULL;
+        ce->n_buckets = 0;
+}
+
 static void cuda_destroy(cuda_engine_t *ce) {
         if (!ce)
                 return;
@@ -62,9 +73,7 @@ static void cuda_destroy(cuda_engine_t *ce) {
         for (int s = 0; ce->copy && s < ce->depth; s++)
                 if (ce->copy[s])
                         (void)cudaStreamSynchronize(ce->copy[s]);
-        for (int i = 0; ce->graphs && i < ce->depth * ce->n_buckets; i++)
-                if (ce->graphs[i])
-                        (void)cudaGraphExecDestroy(ce->graphs[i]);
+        cuda_graphs_destroy(ce);
         for (int s = 0; s < ce->depth; s++) {
                 if (ce->ev_in && ce->ev_in[s])
                         (void)cudaEventDestroy(ce->ev_in[s]);
@@ -86,7 +95,6 @@ static void cuda_destroy(cuda_engine_t *ce) {
                 close(ce->efd);
         if (ce->lock_init)
                 pthread_mutex_destroy(&ce->lock);
-        free(ce->graphs);
         free(ce->cbs);
         free(ce->done);
         free(ce->in_flight);
@@ -96,7 +104,7 @@ static void cuda_destroy(cuda_engine_t *ce) {
         free(ce);
 }
 
-/* --- open ----------------------------------------------------------------- */
+/* --- a model into the engine: open's steps 5 and 6, all of a swap --------- */
 
 /* The bias types to try and the residual mode, from the precision and the
  * environment (open step 5; a model swap chooses again for its precision). */
@@ -187,22 +195,80 @@ fail:
         return r;
 }
 
-static int cuda_open(engine_t *e, errbuf_t *err) {
-        cuda_engine_t *ce = NULL;
-        plan_request_t req;
-        plan_t plan;
-        size_t free_b = 0, total_b = 0;
-        uint64_t context_bytes, expect_bytes, act_need;
-        char what[160], sz[32];
+/* Per conv or FC op, the GEMM plans kept beyond the warm-up's one per
+ * bucket: room for the GPU tests' single steps, which run batch sizes that
+ * are not buckets (cuda_gemm_run plans, runs and drops a shape that finds
+ * the cache full, outside capture only). */
+#define CUDA_GEMM_SPARE_SHAPES 8
+
+/* A new, empty GEMM plan cache sized for model m. The old one goes first:
+ * its plans hold the old precision's descriptors and pointers. */
+static int cuda_gemm_reset(cuda_engine_t *ce, const model_t *m, errbuf_t *err) {
+        int gemm_ops = 0, r;
+
+        cuda_gemm_cache_free(ce->gemm);
+        ce->gemm = NULL;
+        for (int i = 0; i < m->n_ops; i++)
+                gemm_ops += m->ops[i].kind == MODEL_OP_CONV || m->ops[i].kind == MODEL_OP_FC;
+        r = cuda_gemm_cache_new(&ce->gemm, gemm_ops * (ENGINE_CUDA_MAX_BUCKETS + CUDA_GEMM_SPARE_SHAPES));
+        if (r < 0)
+                return errbuf_set(err, r, "out of host memory for the GEMM plans");
+        return 0;
+}
+
+/* Puts model m on the device for plan, in the arena laid out as L: open's
+ * steps 5 and 6, and all of a swap after its checks, one path for both so
+ * that every open runs the swap's. The engine is idle. It waits for the
+ * streams, drops the graphs and the GEMM plans (none yet at open), clears
+ * the whole arena (the old weights go first: there is never a second set
+ * on the device) and the pinned staging (zeroed staging means every format
+ * is RECORD_UNKNOWN until written), takes the plan's numbers, chooses the
+ * modes for its precision, uploads the weights, then makes the GEMM plans
+ * at the warm-up and captures the graphs (cuda_capture_graphs). A failure
+ * leaves the engine without usable weights. */
+static int cuda_load(cuda_engine_t *ce, const model_t *m, const plan_t *plan, const engine_cuda_layout_t *L,
+                     errbuf_t *err) {
         int r = 0;
 
-        assert(e && e->model && !e->impl);
-        if (!e->model->weights || !e->model->biases)
-                return errbuf_set(err, -EINVAL, "the CUDA engine needs a model with its weights loaded");
-        if (e->plan.pipeline_depth < 1 || e->plan.max_batch < 1)
-                return errbuf_set(err, -EINVAL, "the CUDA engine needs a plan with a batch and a pipeline");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "waiting for the compute stream");
+        for (int s = 0; s < ce->depth; s++)
+                CUDA_GOTO(cudaStreamSynchronize(ce->copy[s]), "waiting for a copy stream");
+        cuda_graphs_destroy(ce);
+        r = cuda_gemm_reset(ce, m, err);
+        if (r < 0)
+                goto fail;
+        CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->arena_alloc_bytes, ce->compute), "clearing the device arena");
+        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
+        memset(ce->pinned, 0, ce->pinned_alloc_bytes);
+        memset(ce->w, 0, sizeof(ce->w));
+        memset(ce->bias, 0, sizeof(ce->bias));
+        ce->L = *L;
+        ce->model = m;
+        ce->precision = plan->precision;
+        ce->pb = precision_bytes(plan->precision);
+        ce->max_batch = plan->max_batch;
+        ce->top_k = plan->top_k;
+        memcpy(ce->tensor_off, plan->tensor_offset, sizeof(ce->tensor_off));
+        /* One weight set, in the precision, the conv biases in fp32 where
+         * cuBLASLt will take it (tried at the warm-up; INFERD_CUDA_BIAS=
+         * precision skips the try). The residual mode: fused through C
+         * (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
+         * epilogue and cuda_add_relu, the fallback the GPU tests compare. */
+        cuda_choose_modes(ce, m);
+        r = cuda_engine_upload_weights(ce, m, err);
+        if (r < 0)
+                goto fail;
+        r = cuda_capture_graphs(ce, err);
+fail:
+        return r;
+}
 
-        ce = (cuda_engine_t *)calloc(1, sizeof(*ce));
+/* --- open ----------------------------------------------------------------- */
+
+/* The engine's host state for e's pipeline depth; nothing on the device. */
+static int cuda_new(cuda_engine_t **ret, engine_t *e, errbuf_t *err) {
+        cuda_engine_t *ce = (cuda_engine_t *)calloc(1, sizeof(*ce));
+
         if (!ce)
                 return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
         ce->efd = -1;
@@ -215,28 +281,31 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         ce->done = (int *)calloc(ce->depth, sizeof(int));
         ce->in_flight = (int *)calloc(ce->depth, sizeof(int));
         if (!ce->copy || !ce->ev_in || !ce->ev_done || !ce->cbs || !ce->done || !ce->in_flight) {
-                r = errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
-                goto fail;
+                cuda_destroy(ce);
+                return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
         }
+        *ret = ce;
+        return 0;
+}
 
-        /* 1. The context, the streams, the events and cuBLASLt: everything
-         *    the driver allocates for us outside the arena. */
-        snprintf(what, sizeof(what), "selecting CUDA device %d", e->device);
-        CUDA_GOTO(cudaSetDevice(e->device), what);
+/* Open's step 1: the context, the streams, the events and cuBLASLt:
+ * everything the driver allocates for us outside the arena. */
+static int cuda_open_device(cuda_engine_t *ce, int device, errbuf_t *err) {
+        char what[160];
+        int major = 0, minor = 0, r = 0;
+
+        snprintf(what, sizeof(what), "selecting CUDA device %d", device);
+        CUDA_GOTO(cudaSetDevice(device), what);
         /* A non-sticky error left on this thread by an earlier call (a failed
          * open's cudaMalloc, say) would otherwise surface at the first
          * kernel launch check (cudaGetLastError) as this open's failure. */
         (void)cudaGetLastError();
         CUDA_GOTO(cudaFree(0), "initialising the CUDA context");
-        {
-                int major = 0, minor = 0;
-
-                CUDA_GOTO(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, e->device), what);
-                CUDA_GOTO(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e->device), what);
-                r = cuda_kernels_loadable(major, minor, err);
-                if (r < 0)
-                        goto fail;
-        }
+        CUDA_GOTO(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), what);
+        CUDA_GOTO(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), what);
+        r = cuda_kernels_loadable(major, minor, err);
+        if (r < 0)
+                goto fail;
         CUDA_GOTO(cudaStreamCreateWithFlags(&ce->compute, cudaStreamNonBlocking), "creating the compute stream");
         for (int s = 0; s < ce->depth; s++) {
                 CUDA_GOTO(cudaStreamCreateWithFlags(&ce->copy[s], cudaStreamNonBlocking), "creating a copy stream");
@@ -246,14 +315,28 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
                 ce->cbs[s].slot = s;
         }
         LT_GOTO(cublasLtCreate(&ce->lt), "creating the cuBLASLt handle");
+fail:
+        return r;
+}
+
+/* Open's steps 2 to 4: measures the context, re-plans with it into
+ * e->plan, and lays the arena out for that plan in *L, which must agree
+ * with what the plan counted. */
+static int cuda_open_plan(engine_t *e, engine_cuda_layout_t *L, errbuf_t *err) {
+        plan_request_t req;
+        plan_t plan;
+        size_t free_b = 0, total_b = 0;
+        uint64_t context_bytes, expect_bytes, act_need;
+        char sz[32];
+        int r;
 
         /* 2. Measure the context. "Used after init minus used before" cannot
          *    be observed from inside the process (there is no before without a
-         *    context), so this is total - free right after the steps above and
+         *    context), so this is total - free right after step 1 and
          *    before the arena: it also counts other processes on the device,
          *    which is what the budget has to live with anyway. Kernel modules
          *    loaded lazily later are counted in the graph term. */
-        CUDA_GOTO(cudaMemGetInfo(&free_b, &total_b), "measuring the CUDA context");
+        CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "measuring the CUDA context");
         context_bytes = (uint64_t)(total_b - free_b);
 
         /* 3. Re-plan with the measurement; the batch may only go down. */
@@ -262,91 +345,93 @@ static int cuda_open(engine_t *e, errbuf_t *err) {
         if (req.max_batch > e->plan.max_batch)
                 req.max_batch = e->plan.max_batch;
         r = plan_make(e->model, &req, &plan, err);
-        if (r < 0) {
-                r = errbuf_prefix(err, r, "with the measured CUDA context of %s",
-                                  units_format_size(context_bytes, sz, sizeof(sz)));
-                goto fail;
-        }
+        if (r < 0)
+                return errbuf_prefix(err, r, "with the measured CUDA context of %s",
+                                     units_format_size(context_bytes, sz, sizeof(sz)));
         e->plan = plan;
-        ce->precision = plan.precision;
-        ce->pb = precision_bytes(plan.precision);
-        ce->max_batch = plan.max_batch;
-        ce->top_k = plan.top_k;
-        memcpy(ce->tensor_off, plan.tensor_offset, sizeof(ce->tensor_off));
 
         /* 4. The arena the plan counted, carved by the same layout. */
-        r = engine_cuda_layout_of_plan(e->model, &plan, &ce->L);
-        if (r < 0) {
-                r = errbuf_set(err, r, "the CUDA arena cannot be laid out for this plan");
-                goto fail;
-        }
+        r = engine_cuda_layout_of_plan(e->model, &plan, L);
+        if (r < 0)
+                return errbuf_set(err, r, "the CUDA arena cannot be laid out for this plan");
         expect_bytes = plan_arena_bytes(&plan);
-        act_need = (uint64_t)plan.max_batch * plan.arena_elems_per_sample * ce->pb;
-        if (ce->L.arena_bytes != expect_bytes || ce->L.pinned_host_bytes != plan.engine.pinned_host_bytes ||
-            ce->L.workspace_bytes != plan.workspace_bytes || ce->L.activation_bytes < act_need) {
-                r = errbuf_set(err, -EINVAL,
-                               "the CUDA arena layout (%llu device bytes, %llu pinned) disagrees with the plan "
-                               "(%llu device bytes, %llu pinned)",
-                               (unsigned long long)ce->L.arena_bytes, (unsigned long long)ce->L.pinned_host_bytes,
-                               (unsigned long long)expect_bytes, (unsigned long long)plan.engine.pinned_host_bytes);
-                goto fail;
-        }
+        act_need = (uint64_t)plan.max_batch * plan.arena_elems_per_sample * precision_bytes(plan.precision);
+        if (L->arena_bytes != expect_bytes || L->pinned_host_bytes != plan.engine.pinned_host_bytes ||
+            L->workspace_bytes != plan.workspace_bytes || L->activation_bytes < act_need)
+                return errbuf_set(err, -EINVAL,
+                                  "the CUDA arena layout (%llu device bytes, %llu pinned) disagrees with the plan "
+                                  "(%llu device bytes, %llu pinned)",
+                                  (unsigned long long)L->arena_bytes, (unsigned long long)L->pinned_host_bytes,
+                                  (unsigned long long)expect_bytes, (unsigned long long)plan.engine.pinned_host_bytes);
+        return 0;
+}
+
+/* Open's step 4, the allocations: all the device memory and pinned memory
+ * that the engine will hold until close, in one cudaMalloc and one
+ * cudaHostAlloc as L lays them out. A swap carves its layout from them. */
+static int cuda_open_arena(engine_t *e, cuda_engine_t *ce, const engine_cuda_layout_t *L, errbuf_t *err) {
+        char what[160], sz[32];
+
         snprintf(what, sizeof(what), "allocating the %s device arena",
-                 units_format_size(ce->L.arena_bytes, sz, sizeof(sz)));
-        CUDA_GOTO(cudaMalloc((void **)&ce->arena, ce->L.arena_bytes), what);
+                 units_format_size(L->arena_bytes, sz, sizeof(sz)));
+        CUDA_RETURN(cudaMalloc((void **)&ce->arena, L->arena_bytes), what);
         snprintf(what, sizeof(what), "allocating %s of pinned host staging",
-                 units_format_size(ce->L.pinned_host_bytes, sz, sizeof(sz)));
-        CUDA_GOTO(cudaHostAlloc((void **)&ce->pinned, ce->L.pinned_host_bytes, cudaHostAllocDefault), what);
-        memset(ce->pinned, 0, ce->L.pinned_host_bytes);
-        ce->arena_alloc_bytes = ce->L.arena_bytes;
-        ce->pinned_alloc_bytes = ce->L.pinned_host_bytes;
+                 units_format_size(L->pinned_host_bytes, sz, sizeof(sz)));
+        CUDA_RETURN(cudaHostAlloc((void **)&ce->pinned, L->pinned_host_bytes, cudaHostAllocDefault), what);
+        ce->arena_alloc_bytes = L->arena_bytes;
+        ce->pinned_alloc_bytes = L->pinned_host_bytes;
         /* Kept until close, a swap included: a swap's plan charges them. */
         e->held_arena_bytes = ce->arena_alloc_bytes;
         e->held_pinned_host_bytes = ce->pinned_alloc_bytes;
-        ce->graph_plan_bytes = plan.engine.graph_bytes;
-        /* Zeroed staging means every format is RECORD_UNKNOWN until written. */
-        CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->L.arena_bytes, ce->compute), "clearing the device arena");
-        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
+        ce->graph_plan_bytes = e->plan.engine.graph_bytes;
+        return 0;
+}
 
-        /* 5. One weight set, in the precision, the conv biases in fp32 where
-         *    cuBLASLt will take it (tried at the warm-up; INFERD_CUDA_BIAS=
-         *    precision skips the try). The residual mode: fused through C
-         *    (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
-         *    epilogue and cuda_add_relu, the fallback the GPU tests compare. */
-        cuda_choose_modes(ce, e->model);
-        r = cuda_engine_upload_weights(ce, e->model, err);
-        if (r < 0)
-                goto fail;
+/* Open's step 7: completion reaches the event loop through an eventfd that
+ * the host callback writes under the lock. */
+static int cuda_open_completion(cuda_engine_t *ce, errbuf_t *err) {
+        int r;
 
-        /* 6. The GEMM plans (made at the warm-up: each (op, bucket) once, and
-         *    room for the single steps' sizes), then the graphs. */
-        {
-                int gemm_ops = 0;
-
-                for (int i = 0; i < e->model->n_ops; i++)
-                        gemm_ops += e->model->ops[i].kind == MODEL_OP_CONV || e->model->ops[i].kind == MODEL_OP_FC;
-                r = cuda_gemm_cache_new(&ce->gemm, gemm_ops * (ENGINE_CUDA_MAX_BUCKETS + 8));
-                if (r < 0) {
-                        r = errbuf_set(err, r, "out of host memory for the GEMM plans");
-                        goto fail;
-                }
-        }
-        r = cuda_capture_graphs(ce, err);
-        if (r < 0)
-                goto fail;
-
-        /* 7. Completion reaches the event loop through this fd. */
         ce->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (ce->efd < 0) {
-                r = errbuf_set(err, -errno, "creating the completion eventfd: %s", strerror(errno));
-                goto fail;
-        }
+        if (ce->efd < 0)
+                return errbuf_set(err, -errno, "creating the completion eventfd: %s", strerror(errno));
         r = pthread_mutex_init(&ce->lock, NULL);
-        if (r != 0) {
-                r = errbuf_set(err, -r, "creating the completion lock: %s", strerror(r));
-                goto fail;
-        }
+        if (r != 0)
+                return errbuf_set(err, -r, "creating the completion lock: %s", strerror(r));
         ce->lock_init = 1;
+        return 0;
+}
+
+static int cuda_open(engine_t *e, errbuf_t *err) {
+        cuda_engine_t *ce = NULL;
+        engine_cuda_layout_t L;
+        int r;
+
+        assert(e && e->model && !e->impl);
+        if (!e->model->weights || !e->model->biases)
+                return errbuf_set(err, -EINVAL, "the CUDA engine needs a model with its weights loaded");
+        if (e->plan.pipeline_depth < 1 || e->plan.max_batch < 1)
+                return errbuf_set(err, -EINVAL, "the CUDA engine needs a plan with a batch and a pipeline");
+        r = cuda_new(&ce, e, err);
+        if (r < 0)
+                return r;
+        r = cuda_open_device(ce, e->device, err);
+        if (r < 0)
+                goto fail;
+        r = cuda_open_plan(e, &L, err);
+        if (r < 0)
+                goto fail;
+        r = cuda_open_arena(e, ce, &L, err);
+        if (r < 0)
+                goto fail;
+        /* 5. and 6. The weights, the GEMM plans and the graphs, as a swap
+         *    puts them there. */
+        r = cuda_load(ce, e->model, &e->plan, &L, err);
+        if (r < 0)
+                goto fail;
+        r = cuda_open_completion(ce, err);
+        if (r < 0)
+                goto fail;
 
         /* Ownership of the weights moved to the device: free the host copy
          * last, so that a failed open leaves the model usable (--backend auto
@@ -423,15 +508,16 @@ static int cuda_swap_fits(const engine_t *e, const model_t *next, const plan_t *
         return cuda_swap_layout(e, next, plan, &L, err);
 }
 
-/* Idle (engine_swap checked): the old graphs go, the whole arena is
- * cleared (the old weights with it: from here the engine has none), the new
- * layout is carved from the same cudaMalloc, next's weights are uploaded,
- * the GEMMs planned and the graphs captured again, as at open's steps 5 and
- * 6. A failure marks the engine failed: it has no usable weights. */
+/* Idle (engine_swap checked): after the checks of cuda_swap_fits, the
+ * model goes in as at open (cuda_load): the old graphs and GEMM plans go,
+ * the whole arena is cleared (the old weights with it: from here the engine
+ * has none), the new layout is carved from the same cudaMalloc, next's
+ * weights are uploaded, the GEMMs planned and the graphs captured again. A
+ * failure marks the engine failed: it has no usable weights. */
 static int cuda_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err) {
         cuda_engine_t *ce = (cuda_engine_t *)e->impl;
         engine_cuda_layout_t L;
-        int gemm_ops = 0, r = 0;
+        int r = 0;
 
         assert(ce->n_in_flight == 0);
         if (!next->weights || !next->biases)
@@ -440,44 +526,7 @@ static int cuda_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *e
         if (r < 0)
                 return r;
         CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
-        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "waiting for the compute stream");
-        for (int s = 0; s < ce->depth; s++)
-                CUDA_GOTO(cudaStreamSynchronize(ce->copy[s]), "waiting for a copy stream");
-        for (int i = 0; ce->graphs && i < ce->depth * ce->n_buckets; i++)
-                if (ce->graphs[i])
-                        (void)cudaGraphExecDestroy(ce->graphs[i]);
-        free(ce->graphs);
-        ce->graphs = NULL;
-        ce->n_buckets = 0;
-        /* The GEMM plans hold the old precision's descriptors and pointers. */
-        cuda_gemm_cache_free(ce->gemm);
-        ce->gemm = NULL;
-        for (int i = 0; i < next->n_ops; i++)
-                gemm_ops += next->ops[i].kind == MODEL_OP_CONV || next->ops[i].kind == MODEL_OP_FC;
-        r = cuda_gemm_cache_new(&ce->gemm, gemm_ops * (ENGINE_CUDA_MAX_BUCKETS + 8));
-        if (r < 0) {
-                r = errbuf_set(err, r, "out of host memory for the GEMM plans");
-                goto fail;
-        }
-
-        /* The old weight set is gone from here on: one set on the device. */
-        CUDA_GOTO(cudaMemsetAsync(ce->arena, 0, ce->arena_alloc_bytes, ce->compute), "clearing the device arena");
-        CUDA_GOTO(cudaStreamSynchronize(ce->compute), "clearing the device arena");
-        memset(ce->pinned, 0, ce->pinned_alloc_bytes);
-        memset(ce->w, 0, sizeof(ce->w));
-        memset(ce->bias, 0, sizeof(ce->bias));
-        ce->L = L;
-        ce->model = next;
-        ce->precision = plan->precision;
-        ce->pb = precision_bytes(plan->precision);
-        ce->max_batch = plan->max_batch;
-        ce->top_k = plan->top_k;
-        memcpy(ce->tensor_off, plan->tensor_offset, sizeof(ce->tensor_off));
-        cuda_choose_modes(ce, next);
-        r = cuda_engine_upload_weights(ce, next, err);
-        if (r < 0)
-                goto fail;
-        r = cuda_capture_graphs(ce, err);
+        r = cuda_load(ce, next, plan, &L, err);
         if (r < 0)
                 goto fail;
         model_drop_host_weights(next);
