@@ -51,107 +51,100 @@ static cuda_engine_t *debug_engine(engine_t *e) {
         return (cuda_engine_t *)e->impl;
 }
 
-extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host_in, const record_format_t *formats,
-                                    const float *host_residual, void *host_out, errbuf_t *err) {
-        cuda_engine_t *ce = debug_engine(e);
-        const model_op_t *mop = NULL;
-        cudaStream_t s;
-        uint8_t *dev;
+/* ENGINE_CUDA_OP_PREPROCESS on slot 0's staging, packed as submit packs. */
+static int debug_preprocess(cuda_engine_t *ce, int n, const void *host_in, const record_format_t *formats,
+                            void *host_out, errbuf_t *err) {
+        cudaStream_t s = ce->compute;
+        uint8_t *dev = cuda_engine_slot_dev(ce, 0);
         void *buf = NULL;               /* host scratch in the precision */
         int32_t *fmt = NULL;
         int64_t *offs = NULL;           /* (n) packed offsets of the records */
         uint64_t packed = 0;
         void *dout;
+        size_t out_elems;
+        int r = 0;
+
+        fmt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+        offs = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+        out_elems = (size_t)n * ce->model->tensors[ce->model->input].elems;
+        buf = malloc(out_elems * ce->pb);
+        if (!fmt || !offs || !buf) {
+                r = errbuf_set(err, -ENOMEM, "out of host memory");
+                goto fail;
+        }
+        /* Packed as submit packs them (engine/pack.h); a row of
+         * another format (a padding row) takes no bytes. */
+        for (int i = 0; i < n; i++) {
+                fmt[i] = (int32_t)formats[i];
+                offs[i] = (int64_t)packed;
+                packed += pack_row_bytes(formats[i]);
+        }
+        if (packed > ce->L.slot.formats_off - ce->L.slot.input_off) {
+                r = errbuf_set(err, -EINVAL, "%d records of these formats take %llu bytes packed; a slot "
+                               "holds %llu", n, (unsigned long long)packed,
+                               (unsigned long long)(ce->L.slot.formats_off - ce->L.slot.input_off));
+                goto fail;
+        }
+        for (int i = 0; i < n; i++)
+                if (pack_row_bytes(formats[i]) > 0)
+                        CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.input_off + offs[i],
+                                                  (const uint8_t *)host_in + (size_t)i * RECORD_MAX_BYTES,
+                                                  pack_row_bytes(formats[i]), cudaMemcpyHostToDevice, s),
+                                  "copying the records");
+        CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.formats_off, fmt, (size_t)n * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s),
+                  "copying the formats");
+        CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.offsets_off, offs, (size_t)n * sizeof(int64_t),
+                                  cudaMemcpyHostToDevice, s),
+                  "copying the offsets");
+        dout = cuda_engine_tensor(ce, ce->model->input);
+        CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_elems * ce->pb, s), "poisoning the output");
+        r = cuda_forward_preprocess(ce, s, 0, n, err);
+        if (r < 0)
+                goto fail;
+        CUDA_GOTO(cudaMemcpyAsync(buf, dout, out_elems * ce->pb, cudaMemcpyDeviceToHost, s),
+                  "copying the output back");
+        CUDA_GOTO(cudaStreamSynchronize(s), "running the preprocessing");
+        cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
+fail:
+        free(buf);
+        free(fmt);
+        free(offs);
+        return r;
+}
+
+/* ENGINE_CUDA_OP_HEAD on slot 0's logits and top-k. */
+static int debug_head(cuda_engine_t *ce, int n, const void *host_in, void *host_out, errbuf_t *err) {
+        cudaStream_t s = ce->compute;
+        uint8_t *dev = cuda_engine_slot_dev(ce, 0);
+        void *dout = dev + ce->L.slot.topk_off;
+        size_t out_bytes = (size_t)n * ce->top_k * sizeof(engine_topk_t);
+        int r = 0;
+
+        CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.logits_off, host_in, (size_t)n * ce->model->classes * sizeof(float),
+                                  cudaMemcpyHostToDevice, s),
+                  "copying the logits");
+        CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_bytes, s), "poisoning the output");
+        r = cuda_forward_head(ce, s, 0, n, err);
+        if (r < 0)
+                goto fail;
+        CUDA_GOTO(cudaMemcpyAsync(host_out, dout, out_bytes, cudaMemcpyDeviceToHost, s), "copying the output back");
+        CUDA_GOTO(cudaStreamSynchronize(s), "running softmax/top-k");
+fail:
+        return r;
+}
+
+/* Conv or FC op on its activation tensors (the FC into slot 0's logits). */
+static int debug_layer(cuda_engine_t *ce, int op, int n, const void *host_in, const float *host_residual,
+                       void *host_out, errbuf_t *err) {
+        const model_op_t *mop = &ce->model->ops[op];
+        cudaStream_t s = ce->compute;
+        uint8_t *dev = cuda_engine_slot_dev(ce, 0);
+        void *buf = NULL;               /* host scratch in the precision */
+        void *dout;
         size_t in_elems, out_elems, res_elems, out_bytes;
         int r = 0;
 
-        if (!ce)
-                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an open CUDA engine");
-        if (n < 1 || n > ce->max_batch)
-                return errbuf_set(err, -EINVAL, "a step of %d samples does not fit the plan's 1..%d", n, ce->max_batch);
-        if (!host_in || !host_out)
-                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an input and an output");
-        if (op < ENGINE_CUDA_OP_HEAD || op >= ce->model->n_ops)
-                return errbuf_set(err, -EINVAL, "op %d does not exist (the model has %d)", op, ce->model->n_ops);
-        if (ce->n_in_flight > 0)
-                return errbuf_set(err, -EBUSY, "a batch is in flight: single steps would overwrite its activations");
-        if (ce->failed)
-                return errbuf_set(err, -EIO, "the CUDA engine failed earlier%s: %s",
-                                  ce->lost ? " and its context is lost" : "", ce->failed_why);
-
-        s = ce->compute;
-        dev = cuda_engine_slot_dev(ce, 0);
-        CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
-        (void)cudaGetLastError();       /* a stale non-sticky error is not this step's launch failure */
-
-        if (op == ENGINE_CUDA_OP_PREPROCESS) {
-                if (!formats)
-                        return errbuf_set(err, -EINVAL, "preprocessing needs the records' formats");
-                fmt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
-                offs = (int64_t *)malloc((size_t)n * sizeof(int64_t));
-                out_elems = (size_t)n * ce->model->tensors[ce->model->input].elems;
-                buf = malloc(out_elems * ce->pb);
-                if (!fmt || !offs || !buf) {
-                        r = errbuf_set(err, -ENOMEM, "out of host memory");
-                        goto fail;
-                }
-                /* Packed as submit packs them (engine/pack.h); a row of
-                 * another format (a padding row) takes no bytes. */
-                for (int i = 0; i < n; i++) {
-                        fmt[i] = (int32_t)formats[i];
-                        offs[i] = (int64_t)packed;
-                        packed += pack_row_bytes(formats[i]);
-                }
-                if (packed > ce->L.slot.formats_off - ce->L.slot.input_off) {
-                        r = errbuf_set(err, -EINVAL, "%d records of these formats take %llu bytes packed; a slot "
-                                       "holds %llu", n, (unsigned long long)packed,
-                                       (unsigned long long)(ce->L.slot.formats_off - ce->L.slot.input_off));
-                        goto fail;
-                }
-                for (int i = 0; i < n; i++)
-                        if (pack_row_bytes(formats[i]) > 0)
-                                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.input_off + offs[i],
-                                                          (const uint8_t *)host_in + (size_t)i * RECORD_MAX_BYTES,
-                                                          pack_row_bytes(formats[i]), cudaMemcpyHostToDevice, s),
-                                          "copying the records");
-                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.formats_off, fmt, (size_t)n * sizeof(int32_t),
-                                          cudaMemcpyHostToDevice, s),
-                          "copying the formats");
-                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.offsets_off, offs, (size_t)n * sizeof(int64_t),
-                                          cudaMemcpyHostToDevice, s),
-                          "copying the offsets");
-                dout = cuda_engine_tensor(ce, ce->model->input);
-                CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_elems * ce->pb, s), "poisoning the output");
-                r = cuda_forward_preprocess(ce, s, 0, n, err);
-                if (r < 0)
-                        goto fail;
-                CUDA_GOTO(cudaMemcpyAsync(buf, dout, out_elems * ce->pb, cudaMemcpyDeviceToHost, s),
-                          "copying the output back");
-                CUDA_GOTO(cudaStreamSynchronize(s), "running the preprocessing");
-                cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
-                goto fail;
-        }
-
-        if (op == ENGINE_CUDA_OP_HEAD) {
-                dout = dev + ce->L.slot.topk_off;
-                out_bytes = (size_t)n * ce->top_k * sizeof(engine_topk_t);
-                CUDA_GOTO(cudaMemcpyAsync(dev + ce->L.slot.logits_off, host_in, (size_t)n * ce->model->classes * sizeof(float),
-                                          cudaMemcpyHostToDevice, s),
-                          "copying the logits");
-                CUDA_GOTO(cudaMemsetAsync(dout, 0xff, out_bytes, s), "poisoning the output");
-                r = cuda_forward_head(ce, s, 0, n, err);
-                if (r < 0)
-                        goto fail;
-                CUDA_GOTO(cudaMemcpyAsync(host_out, dout, out_bytes, cudaMemcpyDeviceToHost, s),
-                          "copying the output back");
-                CUDA_GOTO(cudaStreamSynchronize(s), "running softmax/top-k");
-                goto fail;
-        }
-
-        mop = &ce->model->ops[op];
-        if ((mop->residual >= 0) != (host_residual != NULL))
-                return errbuf_set(err, -EINVAL, "%s %s a residual: pass host_residual %s", mop->name,
-                                  mop->residual >= 0 ? "adds" : "adds no", mop->residual >= 0 ? "" : "as NULL");
         in_elems = (size_t)n * ce->model->tensors[mop->in].elems;
         res_elems = mop->residual >= 0 ? (size_t)n * ce->model->tensors[mop->residual].elems : 0;
         if (mop->kind == MODEL_OP_FC) {
@@ -165,10 +158,8 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
         }
         buf = malloc(sizeof(float) * (in_elems > out_elems ? (in_elems > res_elems ? in_elems : res_elems)
                                                            : (out_elems > res_elems ? out_elems : res_elems)));
-        if (!buf) {
-                r = errbuf_set(err, -ENOMEM, "out of host memory");
-                goto fail;
-        }
+        if (!buf)
+                return errbuf_set(err, -ENOMEM, "out of host memory");
 
         /* buf is pageable and reused: wait after each copy from it. */
         cuda_host_from_f32(ce->precision, (const float *)host_in, in_elems, buf);
@@ -192,15 +183,52 @@ extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host
                 memcpy(host_out, buf, out_bytes);
         else
                 cuda_host_to_f32(ce->precision, buf, out_elems, (float *)host_out);
+fail:
+        free(buf);
+        return r;
+}
 
+extern "C" int engine_cuda_debug_op(engine_t *e, int op, int n, const void *host_in, const record_format_t *formats,
+                                    const float *host_residual, void *host_out, errbuf_t *err) {
+        cuda_engine_t *ce = debug_engine(e);
+        const model_op_t *mop;
+        int r = 0;
+
+        if (!ce)
+                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an open CUDA engine");
+        if (n < 1 || n > ce->max_batch)
+                return errbuf_set(err, -EINVAL, "a step of %d samples does not fit the plan's 1..%d", n, ce->max_batch);
+        if (!host_in || !host_out)
+                return errbuf_set(err, -EINVAL, "engine_cuda_debug_op needs an input and an output");
+        if (op < ENGINE_CUDA_OP_HEAD || op >= ce->model->n_ops)
+                return errbuf_set(err, -EINVAL, "op %d does not exist (the model has %d)", op, ce->model->n_ops);
+        if (ce->n_in_flight > 0)
+                return errbuf_set(err, -EBUSY, "a batch is in flight: single steps would overwrite its activations");
+        if (ce->failed)
+                return errbuf_set(err, -EIO, "the CUDA engine failed earlier%s: %s",
+                                  ce->lost ? " and its context is lost" : "", ce->failed_why);
+        if (op == ENGINE_CUDA_OP_PREPROCESS && !formats)
+                return errbuf_set(err, -EINVAL, "preprocessing needs the records' formats");
+        if (op >= 0) {
+                mop = &ce->model->ops[op];
+                if ((mop->residual >= 0) != (host_residual != NULL))
+                        return errbuf_set(err, -EINVAL, "%s %s a residual: pass host_residual %s", mop->name,
+                                          mop->residual >= 0 ? "adds" : "adds no",
+                                          mop->residual >= 0 ? "" : "as NULL");
+        }
+
+        CUDA_GOTO(cudaSetDevice(e->device), "selecting the CUDA device");
+        (void)cudaGetLastError();       /* a stale non-sticky error is not this step's launch failure */
+        if (op == ENGINE_CUDA_OP_PREPROCESS)
+                r = debug_preprocess(ce, n, host_in, formats, host_out, err);
+        else if (op == ENGINE_CUDA_OP_HEAD)
+                r = debug_head(ce, n, host_in, host_out, err);
+        else
+                r = debug_layer(ce, op, n, host_in, host_residual, host_out, err);
 fail:
         /* One fault must not fail every later step under its own name: a
          * sticky error marks the engine lost, and says so. */
-        r = cuda_engine_check_lost(ce, s, r, err);
-        free(buf);
-        free(fmt);
-        free(offs);
-        return r;
+        return cuda_engine_check_lost(ce, ce->compute, r, err);
 }
 
 extern "C" int engine_cuda_debug_info(engine_t *e, engine_cuda_debug_info_t *info) {
