@@ -107,15 +107,14 @@ static void cuda_destroy(cuda_engine_t *ce) {
 /* --- a model into the engine: open's steps 5 and 6, all of a swap --------- */
 
 /* The bias types to try and the residual mode, from the precision and the
- * environment (open step 5; a model swap chooses again for its precision). */
+ * caller's switches (open step 5; a model swap chooses again for its
+ * precision, with the switches of open). */
 static void cuda_choose_modes(cuda_engine_t *ce, const model_t *m) {
-        const char *bias_env = getenv("INFERD_CUDA_BIAS");
-        const char *res_env = getenv("INFERD_CUDA_RESIDUAL");
-        int try_fp32 = ce->precision != PRECISION_FP32 && !(bias_env && strcmp(bias_env, "precision") == 0);
+        int try_fp32 = ce->precision != PRECISION_FP32 && !ce->opts.bias_precision;
 
         for (int i = 0; i < m->n_ops; i++)
                 ce->bias_fp32[i] = try_fp32 && m->ops[i].kind == MODEL_OP_CONV;
-        ce->residual_kernel = res_env && strcmp(res_env, "kernel") == 0;
+        ce->residual_kernel = ce->opts.residual_kernel;
 }
 
 /* One graph per (slot, bucket): the compute of cuda_forward() at the
@@ -250,10 +249,12 @@ static int cuda_load(cuda_engine_t *ce, const model_t *m, const plan_t *plan, co
         ce->top_k = plan->top_k;
         memcpy(ce->tensor_off, plan->tensor_offset, sizeof(ce->tensor_off));
         /* One weight set, in the precision, the conv biases in fp32 where
-         * cuBLASLt will take it (tried at the warm-up; INFERD_CUDA_BIAS=
-         * precision skips the try). The residual mode: fused through C
-         * (RELU_BIAS, beta 1), or INFERD_CUDA_RESIDUAL=kernel for the BIAS
-         * epilogue and cuda_add_relu, the fallback the GPU tests compare. */
+         * cuBLASLt will take it (tried at the warm-up; the caller's
+         * bias_precision, INFERD_CUDA_BIAS=precision, skips the try). The
+         * residual mode: fused through C (RELU_BIAS, beta 1), or the
+         * caller's residual_kernel (INFERD_CUDA_RESIDUAL=kernel) for the
+         * BIAS epilogue and cuda_add_relu, the fallback the GPU tests
+         * compare. */
         cuda_choose_modes(ce, m);
         r = cuda_engine_upload_weights(ce, m, err);
         if (r < 0)
@@ -273,6 +274,7 @@ static int cuda_new(cuda_engine_t **ret, engine_t *e, errbuf_t *err) {
                 return errbuf_set(err, -ENOMEM, "out of host memory for the CUDA engine");
         ce->efd = -1;
         ce->model = e->model;
+        ce->opts = e->cuda;
         ce->depth = e->plan.pipeline_depth;
         ce->copy = (cudaStream_t *)calloc(ce->depth, sizeof(cudaStream_t));
         ce->ev_in = (cudaEvent_t *)calloc(ce->depth, sizeof(cudaEvent_t));

@@ -87,6 +87,7 @@ struct cuda_engine {
         unsigned char bias_fp32[MODEL_MAX_OPS]; /* conv i's bias is fp32 on an fp16/bf16 D */
         int bias_fallback;              /* open's warm-up: a refused fp32 bias may go to D's type */
         int bias_changed;               /* ... and one did: warm up again */
+        engine_cuda_options_t opts;     /* the caller's switches (engine_t cuda), from open */
         int residual_kernel;            /* residual convs: BIAS epilogue + cuda_add_relu (else C, RELU_BIAS) */
         int residual_kernel_graphs;     /* the mode the graphs were captured in */
 };

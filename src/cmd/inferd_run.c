@@ -696,6 +696,7 @@ int main(int argc, char **argv) {
         /* --top K is capped by the class count. */
         if (a.engine.top_k > m->classes)
                 a.engine.top_k = m->classes;
+        engine_cuda_options_from_env(&a.engine.cuda);
         r = engine_open(&e, m, &a.engine, warning, sizeof(warning), &err);
         if (warning[0])
                 fprintf(stderr, "inferd-run: warning: %s\n", warning);

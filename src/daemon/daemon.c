@@ -519,6 +519,8 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Planning and opening the engine",
                    DAEMON_START_EXTEND_US);
         daemon_engine_options(d->cfg, &o, host, sizeof(host));
+        /* The CUDA engine's experiment switches, read once: a swap keeps them. */
+        engine_cuda_options_from_env(&o.cuda);
         if (d->bench_pipeline) {
                 plan_t bench_plan;
 

@@ -25,6 +25,14 @@ void engine_options_init(engine_options_t *o) {
         o->top_k = 5;
 }
 
+void engine_cuda_options_from_env(engine_cuda_options_t *o) {
+        const char *residual = getenv("INFERD_CUDA_RESIDUAL");
+        const char *bias = getenv("INFERD_CUDA_BIAS");
+
+        o->residual_kernel = residual && strcmp(residual, "kernel") == 0;
+        o->bias_precision = bias && strcmp(bias, "precision") == 0;
+}
+
 static void engine_warn(char *warning, size_t len, const char *fmt, const char *a, const char *b) {
         if (warning && len)
                 snprintf(warning, len, fmt, a, b);
@@ -133,6 +141,7 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
         e->ops = e->request.backend == BACKEND_CUDA ? &engine_cuda_ops : &engine_cpu_ops;
         e->model = m;
         e->device = o->device;
+        e->cuda = o->cuda;
         r = e->ops->open(e, err);
         if (r < 0) {
                 e->ops = NULL;  /* open cleans up after itself */

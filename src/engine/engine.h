@@ -87,12 +87,23 @@ typedef struct engine_ops {
         int (*device_memory)(engine_t *e, engine_device_memory_t *ret, errbuf_t *err);
 } engine_ops_t;
 
+/* The CUDA engine's two experiment switches (cuda/README.md), never for
+ * production. The caller decides; inferd, inferd-run and the GPU tests take
+ * them from the operator's environment (engine_cuda_options_from_env). The
+ * CPU engine ignores them. */
+typedef struct engine_cuda_options {
+        bool residual_kernel;   /* residual convs: the BIAS epilogue and an add-ReLU kernel, not C in cuBLASLt's
+                                 * RELU_BIAS epilogue (INFERD_CUDA_RESIDUAL=kernel) */
+        bool bias_precision;    /* fp16/bf16 conv biases in the precision, not fp32 (INFERD_CUDA_BIAS=precision) */
+} engine_cuda_options_t;
+
 struct engine {
         const engine_ops_t *ops;
         model_t *model;         /* borrowed; the CUDA engine drops its host weights after upload */
         plan_request_t request; /* what the plan was made from; an engine may re-plan with a measured context */
         plan_t plan;            /* copied at open; an engine's open may lower max_batch, never raise it */
         int device;             /* CUDA device ordinal */
+        engine_cuda_options_t cuda;     /* the options' switches at open; a swap keeps them */
         /* What ops->open allocated and keeps until close, a model swap
          * included: its arena and its host staging (pinned on CUDA). A
          * swap's plan charges them (plan_request_t held_*). */
@@ -127,9 +138,15 @@ typedef struct engine_options {
         bool decode_running;            /* decode_threads and decode_max_pixels are the running pool's (a
                                          * model swap in place): see plan_request_t */
         uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
+        engine_cuda_options_t cuda;     /* all off after engine_options_init */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);
+/* The switches as the environment sets them: residual_kernel when
+ * INFERD_CUDA_RESIDUAL is "kernel", bias_precision when INFERD_CUDA_BIAS is
+ * "precision"; any other value, or none, leaves a switch off. For the
+ * callers' main paths; the engine itself never reads the environment. */
+void engine_cuda_options_from_env(engine_cuda_options_t *o);
 
 /* Resolves AUTO backend/precision, asks the device (or host) for its memory,
  * and makes the plan, without opening anything heavy. *warning receives a

@@ -292,6 +292,8 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
         o.backend = BACKEND_CUDA;
         o.precision = p;
         o.top_k = GPU_TOP_K;
+        /* gpu-check's fallback stage sets INFERD_CUDA_RESIDUAL/_BIAS. */
+        engine_cuda_options_from_env(&o.cuda);
         if (c->selftest) {
                 /* A CPU engine stands in; small batches keep it quick. */
                 o.backend = BACKEND_CPU;
@@ -319,6 +321,18 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
                 goto done;
         }
         snprintf(id, sizeof(id), "gpu/%s/open", precision_name(p));
+        /* The modes open chose are the ones the options asked for: the
+         * graphs' residual mode, and no fp32 conv bias tried at fp16/bf16
+         * with bias_precision. */
+        if (!c->selftest && c->debug_info && c->debug_info(e, &info) == 0 &&
+            ((info.residual_kernel_graphs != 0) != o.cuda.residual_kernel ||
+             (o.cuda.bias_precision && p != PRECISION_FP32 && info.convs_bias_fp32 > 0))) {
+                gpu_result(c, GPU_FAIL, id, NULL, "open chose residual=%s and %d/%d fp32 conv biases; its options asked "
+                           "for residual=%s, bias_precision=%s", info.residual_kernel_graphs ? "kernel" : "fused",
+                           info.convs_bias_fp32, info.convs, o.cuda.residual_kernel ? "kernel" : "fused",
+                           o.cuda.bias_precision ? "yes" : "no");
+                goto done;
+        }
         /* What open chose, for the report: the conv biases' type (fp32 where
          * cuBLASLt took it), the graphs' residual mode, the GEMM plans the
          * warm-up made outside capture and how many fell back from the

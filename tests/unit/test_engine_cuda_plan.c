@@ -17,6 +17,7 @@
  *     b = 8: 1,655,808 + 256 + 256 + 32,000 + 512 = 1,688,832
  *     (a fixed 602,112-byte place per record took 4,849,664). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -366,6 +367,74 @@ static void test_engine_cuda_plan_no_device_errors(void) {
         model_free(m);
 }
 
+/* Sets or (value NULL) unsets an environment variable. */
+static void env_put(const char *name, const char *value) {
+        if (value) {
+                CU_ASSERT_EQUAL(setenv(name, value, 1), 0);
+        } else {
+                CU_ASSERT_EQUAL(unsetenv(name), 0);
+        }
+}
+
+/* The CUDA engine's switches (engine_cuda_options_t): the environment sets
+ * them only through engine_cuda_options_from_env and only with their
+ * documented values, never through engine_options_init (the caller
+ * decides), and engine_open hands the caller's switches to the engine. */
+static void test_engine_cuda_plan_options_from_env(void) {
+        static const struct {
+                const char *residual, *bias;
+                bool residual_kernel, bias_precision;
+        } cases[] = {
+                { "kernel", "precision", true, true },  { "fused", "fp32", false, false },
+                { "kernel", NULL, true, false },        { NULL, "precision", false, true },
+                { "", "", false, false },               { "KERNEL", "precision ", false, false },
+                { NULL, NULL, false, false },
+        };
+        char *old_residual = getenv("INFERD_CUDA_RESIDUAL"), *old_bias = getenv("INFERD_CUDA_BIAS");
+        engine_cuda_options_t c;
+        engine_options_t o;
+        engine_t *e = NULL;
+        model_t *m = NULL;
+        errbuf_t err = { "" };
+
+        old_residual = old_residual ? strdup(old_residual) : NULL;
+        old_bias = old_bias ? strdup(old_bias) : NULL;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                env_put("INFERD_CUDA_RESIDUAL", cases[i].residual);
+                env_put("INFERD_CUDA_BIAS", cases[i].bias);
+                c.residual_kernel = !cases[i].residual_kernel;
+                c.bias_precision = !cases[i].bias_precision;
+                engine_cuda_options_from_env(&c);
+                CU_ASSERT_EQUAL(c.residual_kernel, cases[i].residual_kernel);
+                CU_ASSERT_EQUAL(c.bias_precision, cases[i].bias_precision);
+                engine_options_init(&o);
+                CU_ASSERT(!o.cuda.residual_kernel && !o.cuda.bias_precision);
+        }
+
+        /* engine_open keeps the caller's switches, whatever the
+         * environment says (it is set the other way round here). */
+        env_put("INFERD_CUDA_RESIDUAL", "kernel");
+        env_put("INFERD_CUDA_BIAS", NULL);
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
+        for (int i = 0; i < 2; i++) {
+                engine_options_init(&o);
+                o.backend = BACKEND_CPU;
+                o.max_batch = 1;
+                o.cuda.residual_kernel = i == 1;
+                o.cuda.bias_precision = i == 0;
+                CU_ASSERT_EQUAL_FATAL(engine_open(&e, m, &o, NULL, 0, &err), 0);
+                CU_ASSERT_EQUAL(e->cuda.residual_kernel, i == 1);
+                CU_ASSERT_EQUAL(e->cuda.bias_precision, i == 0);
+                engine_free(e);
+                e = NULL;
+        }
+        model_free(m);
+        env_put("INFERD_CUDA_RESIDUAL", old_residual);
+        env_put("INFERD_CUDA_BIAS", old_bias);
+        free(old_residual);
+        free(old_bias);
+}
+
 int test_engine_cuda_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "im2col_by_hand", test_engine_cuda_plan_im2col_by_hand },
@@ -380,6 +449,7 @@ int test_engine_cuda_plan_register(void) {
                 { "buckets", test_engine_cuda_plan_buckets },
                 { "rejects_bad_requests", test_engine_cuda_plan_rejects_bad_requests },
                 { "no_device_errors", test_engine_cuda_plan_no_device_errors },
+                { "options_from_env", test_engine_cuda_plan_options_from_env },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("engine_cuda_plan", tests);
