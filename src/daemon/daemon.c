@@ -102,6 +102,14 @@ static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
         sd_event_source_set_enabled(d->hold_timer, SD_EVENT_ONESHOT);
 }
 
+/* Nothing taken is unfinished: no record in the slots, no delivery report
+ * awaited, nothing in the producer's queue. A commit point, a model swap
+ * and the drain each wait for this. */
+bool daemon_nothing_in_flight(const daemon_t *d) {
+        return daemon_records_in_slots(d) == 0 && batch_offsets_pending(d->offsets) == 0 &&
+               kafka_producer_outstanding(d->kafka) == 0;
+}
+
 /* --- drain ------------------------------------------------------------------ */
 
 void daemon_log_left(daemon_t *d, const char *why) {
@@ -116,12 +124,9 @@ static void daemon_check_drained(daemon_t *d) {
         errbuf_t err = {};
         int r;
 
-        if (!d->draining || d->exit_status)
+        if (!d->draining || d->exit_status || !daemon_nothing_in_flight(d))
                 return;
         daemon_stats(d, &st);
-        if (st.records_in_slots > 0 || batch_offsets_pending(d->offsets) > 0 ||
-            kafka_producer_outstanding(d->kafka) > 0)
-                return;
         if (daemon_eos(d)) {
                 /* An abortable failure here leaves the offsets where they
                  * were: the next owner redoes those records, and the
@@ -181,7 +186,6 @@ static void daemon_begin_drain(daemon_t *d) {
                                        d);
         if (r < 0)
                 log_warning("Failed to arm the drain timer: %s", strerror(-r));
-        daemon_check_drained(d);
 }
 
 static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -196,7 +200,36 @@ static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_sigin
         }
         log_info("Received %s: draining", strsignal((int)si->ssi_signo));
         daemon_begin_drain(d);
+        daemon_progress(d);
         return 0;
+}
+
+/* --- after every event ----------------------------------------------------------- */
+
+/* Runs after every event that can change what is in flight (each handler
+ * below, SIGHUP, the staging thread's end, a stop signal), once the event's
+ * own work is done (reaping, pumping, delivery reports). The order is fixed:
+ *
+ * 1. The open transaction's age (daemon_txn_maybe_close): a commit point
+ *    closes the intake, so that what it waits for stops growing.
+ * 2. The commit point (daemon_txn_check): commits (or aborts) once nothing is
+ *    in flight, and opens the intake again unless a swap holds it. Before
+ *    the swap: a swap waits for the same state, and the commit must not
+ *    find the new model's outputs in its transaction.
+ * 3. The model swap (daemon_swap_check): once nothing is in flight, with the
+ *    intake paused; it opens the intake again unless a commit point holds it.
+ * 4. The drain (daemon_check_drained): last, because it commits, closes the
+ *    Kafka handles and ends the loop; nothing may run after it.
+ *
+ * Nothing runs before daemon_start made the pipeline (the signals are
+ * dispatched only from daemon_run on; a start that failed never runs it). */
+void daemon_progress(daemon_t *d) {
+        if (!d->pipeline)
+                return;
+        daemon_txn_maybe_close(d);
+        daemon_txn_check(d);
+        daemon_swap_check(d);
+        daemon_check_drained(d);
 }
 
 /* --- event handlers ------------------------------------------------------------ */
@@ -208,7 +241,7 @@ static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)revents;
         kafka_fd_clear(fd);
         daemon_pump(d);
-        daemon_check_drained(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -225,9 +258,7 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
          * timer's next turn. */
         if (d->pipeline && pipeline_produce_pending(d->pipeline) == 0)
                 daemon_pump(d);
-        daemon_txn_check(d);
-        daemon_swap_check(d);
-        daemon_check_drained(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -238,11 +269,8 @@ static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, voi
         (void)fd;
         (void)revents;
         pipeline_reap(d->pipeline);
-        daemon_txn_maybe_close(d);
         daemon_pump(d);
-        daemon_txn_check(d);
-        daemon_swap_check(d);
-        daemon_check_drained(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -254,7 +282,7 @@ static int daemon_on_decode_io(sd_event_source *s, int fd, uint32_t revents, voi
         (void)revents;
         pipeline_decoded(d->pipeline);
         daemon_pump(d);
-        daemon_check_drained(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -264,6 +292,7 @@ static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
         (void)s;
         (void)usec;
         pipeline_delay_expired(d->pipeline);
+        daemon_progress(d);
         return 0;
 }
 
@@ -276,6 +305,7 @@ static int daemon_on_hold(sd_event_source *s, uint64_t usec, void *userdata) {
         (void)s;
         (void)usec;
         pipeline_hold_expired(d->pipeline);
+        daemon_progress(d);
         return 0;
 }
 
@@ -284,6 +314,7 @@ static int daemon_on_defer(sd_event_source *s, void *userdata) {
 
         (void)s;
         daemon_pump(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -323,10 +354,7 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
         }
         if (pipeline_produce_pending(d->pipeline) == 0)
                 daemon_pump(d);
-        daemon_txn_maybe_close(d);
-        daemon_txn_check(d);
-        daemon_swap_check(d);
-        daemon_check_drained(d);
+        daemon_progress(d);
         if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
                 daemon_status(d, t);
         sd_event_source_set_time(s, t + DAEMON_POLL_INTERVAL_US);

@@ -123,6 +123,8 @@ static inline uint64_t daemon_now_us(void) {
 }
 
 /* daemon.c: the object, its loop and the drain. */
+void daemon_progress(daemon_t *d);
+bool daemon_nothing_in_flight(const daemon_t *d);
 void daemon_fail(daemon_t *d, int status);
 void daemon_stats(const daemon_t *d, pipeline_stats_t *st);
 int daemon_records_in_slots(const daemon_t *d);

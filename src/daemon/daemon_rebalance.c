@@ -36,6 +36,7 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
          * waking at least every quarter interval. */
         int wait_ms = d->watchdog_usec > 0 && d->watchdog_usec / 4000 < 100 ? (int)(d->watchdog_usec / 4000) + 1 : 100;
         int in_slots;
+        bool unfinished;
         errbuf_t err = {};
         int left = 0;
 
@@ -65,7 +66,8 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
         log_info("Revoke: waited %.3f s for the records taken before it (%d in slots), monotonic %.3f to %.3f s",
                  (double)(daemon_now_us() - start) / 1e6, in_slots, (double)start / 1e6,
                  (double)daemon_now_us() / 1e6);
-        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0)
+        unfinished = daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0;
+        if (unfinished)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (daemon_eos(d)) {
                 /* The open transaction ends here, with the offsets of the
@@ -77,8 +79,7 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
                  * or a prediction that overtook an unfinished record of its
                  * partition would be committed without its offset, and
                  * produced again by the next owner. */
-                if (lost || d->txn_doomed || daemon_records_in_slots(d) > 0 ||
-                    batch_offsets_pending(d->offsets) > 0) {
+                if (lost || d->txn_doomed || unfinished) {
                         d->txn_doomed = false;
                         daemon_txn_abort(d, false);
                 } else

@@ -130,8 +130,7 @@ static void daemon_swap_apply(daemon_t *d) {
 void daemon_swap_check(daemon_t *d) {
         if (!d->swap_model || !d->swap_paused_us || d->exit_status || d->draining)
                 return;
-        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
-            kafka_producer_outstanding(d->kafka) > 0)
+        if (!daemon_nothing_in_flight(d))
                 return;
         daemon_swap_apply(d);
 }
@@ -157,26 +156,21 @@ void daemon_stage_join(daemon_t *d) {
         d->stage_running = false;
 }
 
-/* The new file is loaded and validated (or refused): step 2, the plan. */
-static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        daemon_t *d = userdata;
+/* The new file is loaded and validated (or refused): step 2, the plan.
+ * Step 3 follows in daemon_progress (daemon_swap_check). */
+static void daemon_stage_done(daemon_t *d) {
         engine_options_t o;
         errbuf_t err = {};
         char host[32], pinned[32], why[sizeof(err.msg) + PATH_MAX + 64];
-        uint64_t v;
         int r;
 
-        (void)s;
-        (void)revents;
-        if (read(fd, &v, sizeof(v)) != sizeof(v))
-                return 0;
         daemon_stage_join(d);
         if (d->stage_r < 0) {
                 model_free(d->stage_model);
                 d->stage_model = NULL;
                 snprintf(why, sizeof(why), "%s", d->stage_err.msg);
                 daemon_swap_reject(d, why);
-                return 0;
+                return;
         }
         d->swap_model = d->stage_model;
         d->stage_model = NULL;
@@ -185,7 +179,7 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
         if (d->draining || d->exit_status) {
                 log_info("Reload: not swapping the model: the daemon is stopping");
                 daemon_swap_end(d, "rejected");
-                return 0;
+                return;
         }
         /* The decode pool stays as made at start: the plan charges it. */
         daemon_swap_engine_options(d->swap_cfg, d->decode ? decode_pool_threads(d->decode) : 0,
@@ -194,7 +188,7 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
         if (r < 0) {
                 snprintf(why, sizeof(why), "the new plan for '%s': %s", d->swap_cfg->model.weights, err.msg);
                 daemon_swap_reject(d, why);
-                return 0;
+                return;
         }
         if (d->swap_cfg->memory.host_budget_bytes != d->cfg->memory.host_budget_bytes)
                 log_warning("Reload: [memory] host_budget changed: the new plan charges it with the pinned "
@@ -211,7 +205,18 @@ static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void
                  d->swap_plan.max_batch, daemon_records_in_slots(d));
         d->swap_paused_us = daemon_now_us();
         pipeline_set_intake(d->pipeline, false);
-        daemon_swap_check(d);
+}
+
+static int daemon_on_stage_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+        uint64_t v;
+
+        (void)s;
+        (void)revents;
+        if (read(fd, &v, sizeof(v)) != sizeof(v))
+                return 0;
+        daemon_stage_done(d);
+        daemon_progress(d);
         return 0;
 }
 
@@ -407,5 +412,6 @@ int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void
                 return 0;
         }
         daemon_reload(d);
+        daemon_progress(d);
         return 0;
 }

@@ -158,8 +158,7 @@ void daemon_txn_check(daemon_t *d) {
                 daemon_pump(d);
                 return;
         }
-        if (daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0 ||
-            kafka_producer_outstanding(d->kafka) > 0)
+        if (!daemon_nothing_in_flight(d))
                 return;
         daemon_txn_commit(d, true);
         d->txn_closing = false;
