@@ -52,21 +52,6 @@ int daemon_plan(const cfg_t *c, plan_t *ret, char *warning, size_t warning_len, 
 /* NULL is a no-op. */
 void daemon_free(daemon_t *d);
 
-/* Reloads and model swaps in place, since start (for the metrics). A
- * reload is applied when its file was valid and whatever it asked was done
- * (live keys, and a swap when the weights, precision or a budget changed);
- * rejected when nothing changed (an invalid file, a new weights file that
- * does not load, a plan that does not fit); a swap that failed after the
- * old weights were freed stops the daemon. */
-typedef struct daemon_reload_stats {
-        uint64_t reloads_applied, reloads_rejected;
-        uint64_t swaps_applied, swaps_rejected, swaps_failed;
-        double last_swap_s;             /* the last swap's own time: free, upload, re-plan, capture */
-        double last_swap_pause_s;       /* how long fetching was paused for it (finishing the slots, then the swap) */
-} daemon_reload_stats_t;
-
-void daemon_get_reload_stats(const daemon_t *d, daemon_reload_stats_t *ret);
-
 /* The pipeline benchmark: daemon_start opens the no-compute executor of
  * pipebench.h instead of the engine (and loads no weights). For
  * `inferd --bench-pipeline` only; never a config choice. */

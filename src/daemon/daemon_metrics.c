@@ -19,7 +19,6 @@
 /* The costly numbers (/proc, the device's memory) are sampled this often,
  * never by a scrape. */
 #define DAEMON_SAMPLE_INTERVAL_US (1000 * 1000ULL)
-#define DAEMON_METRICS_LAG_MAX 1024
 
 /* Start-up runs before the loop: its long steps (loading the weights,
  * opening the engine, Kafka's transactions) hold the thread, and the
@@ -64,7 +63,6 @@ static int daemon_on_sample(sd_event_source *s, uint64_t usec, void *userdata) {
 /* GET /metrics: formats what the counters and the last sample hold; reads
  * nothing that can block. */
 static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
-        static metrics_lag_t lag[DAEMON_METRICS_LAG_MAX];       /* one loop thread: no concurrent scrapes */
         metrics_snapshot_t s = {};
         pipeline_stats_t st;
         struct timespec now;
@@ -88,8 +86,8 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.latency_seconds = &d->latency;
         if (d->kafka) {
                 clock_gettime(CLOCK_REALTIME, &now);
-                s.lag = lag;
-                s.n_lag = kafka_get_lag(d->kafka, lag, DAEMON_METRICS_LAG_MAX,
+                s.lag = d->lag;
+                s.n_lag = kafka_get_lag(d->kafka, d->lag, DAEMON_METRICS_LAG_MAX,
                                         (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
                 s.assigned_partitions = kafka_get_assigned(d->kafka);
                 /* Back-pressure, or the throughput cap holding records. */

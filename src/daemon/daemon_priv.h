@@ -37,6 +37,22 @@
  * log before systemd's timeout would. */
 #define DAEMON_TXN_INIT_MAX_MS 90000
 
+/* A scrape reads the lag of this many partitions at most. */
+#define DAEMON_METRICS_LAG_MAX 1024
+
+/* Reloads and model swaps in place, since start (for the metrics). A
+ * reload is applied when its file was valid and whatever it asked was done
+ * (live keys, and a swap when the weights, precision or a budget changed);
+ * rejected when nothing changed (an invalid file, a new weights file that
+ * does not load, a plan that does not fit); a swap that failed after the
+ * old weights were freed stops the daemon. */
+typedef struct daemon_reload_stats {
+        uint64_t reloads_applied, reloads_rejected;
+        uint64_t swaps_applied, swaps_rejected, swaps_failed;
+        double last_swap_s;             /* the last swap's own time: free, upload, re-plan, capture */
+        double last_swap_pause_s;       /* how long fetching was paused for it (finishing the slots, then the swap) */
+} daemon_reload_stats_t;
+
 struct daemon {
         cfg_t *cfg;                     /* owned; live keys are updated on reload */
         char *config_path;              /* owned */
@@ -114,6 +130,7 @@ struct daemon {
         bool have_process, have_gpu, gpu_failed;
         metrics_process_t process;
         engine_device_memory_t gpu;
+        metrics_lag_t lag[DAEMON_METRICS_LAG_MAX];     /* a scrape's (one loop thread: one at a time) */
 };
 
 /* The daemon's times are on the pipeline's clock, so that deadlines and

@@ -214,9 +214,11 @@ void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         daemon_ticket_done(d, t);
 }
 
+/* kafka.c has logged the error with librdkafka's reason (one journal line
+ * for it): the daemon only stops, with status 1. */
 void daemon_on_fatal(void *userdata, const char *reason) {
         daemon_t *d = userdata;
 
-        log_error("Stopping on a fatal Kafka error: %s", reason);
+        (void)reason;
         daemon_fail(d, 1);
 }

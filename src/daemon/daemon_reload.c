@@ -275,10 +275,6 @@ static bool daemon_is_swap_key(const cfg_change_t *c) {
                (!strcmp(c->section, "memory") && (!strcmp(c->key, "gpu_budget") || !strcmp(c->key, "host_budget")));
 }
 
-void daemon_get_reload_stats(const daemon_t *d, daemon_reload_stats_t *ret) {
-        *ret = d->reload_stats;
-}
-
 /* --- reload ------------------------------------------------------------------------ */
 
 static void daemon_reload(daemon_t *d) {
