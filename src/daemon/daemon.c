@@ -497,36 +497,14 @@ static void daemon_serve_starting(daemon_t *d) {
         httpd_serve_pending(d->httpd);
 }
 
-int daemon_start(daemon_t *d, errbuf_t *err) {
-        const kafka_callbacks_t cb = {
-                .assigned = daemon_on_assigned,
-                .revoking = daemon_on_revoking,
-                .revoked = daemon_on_revoked,
-                .delivered = daemon_on_delivered,
-                .fatal = daemon_on_fatal,
-        };
-        const pipeline_ops_t ops = {
-                .fail = daemon_pipeline_fail,
-                .arm_delay = daemon_pipeline_arm_delay,
-                .pump_later = daemon_pipeline_pump_later,
-                .arm_hold = daemon_pipeline_arm_hold,
-                .skipped = daemon_pipeline_skipped,
-        };
-        pipeline_config_t pcfg;
-        pipeline_stats_t st;
-        engine_options_t o;
-        kafka_limits_t lim;
-        const plan_t *plan;
-        char host[32], warning[512] = "", size[32];
+/* Start-up's first long step: the weights (or, for the pipeline benchmark,
+ * the layer table only: nothing is computed), checked against the config. */
+static int daemon_start_model(daemon_t *d, errbuf_t *err) {
         int r;
 
-        r = daemon_metrics_start(d, err);
-        if (r < 0)
-                return r;
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Loading %s", DAEMON_START_EXTEND_US,
                    d->cfg->model.weights);
         if (d->bench_pipeline) {
-                /* The layer table only: nothing is computed. */
                 r = model_describe(&d->model);
                 if (r < 0)
                         return errbuf_set(err, r, "Failed to describe the model: %s", strerror(-r));
@@ -540,10 +518,17 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                          d->model->classes, d->model->classes == 1 ? "" : "es", d->cfg->model.weights,
                          d->cfg->model.labels[0] ? ", labels " : "", d->cfg->model.labels);
         }
-        r = daemon_model_check(d->cfg, d->model, &d->labels, err);
-        if (r < 0)
-                return r;
-        daemon_serve_starting(d);
+        return daemon_model_check(d->cfg, d->model, &d->labels, err);
+}
+
+/* The plan and the engine (the no-compute executor for the pipeline
+ * benchmark). */
+static int daemon_start_engine(daemon_t *d, errbuf_t *err) {
+        engine_options_t o;
+        const plan_t *plan;
+        char host[32], warning[512] = "", size[32];
+        int r;
+
         sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Planning and opening the engine",
                    DAEMON_START_EXTEND_US);
         daemon_engine_options(d->cfg, &o, host, sizeof(host));
@@ -574,10 +559,26 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         log_info("Engine %s %s: batch %d, %d slots, device plan %s", engine_backend(d->engine),
                  precision_name(engine_precision(d->engine)), engine_max_batch(d->engine), engine_slots(d->engine),
                  units_format_size(plan->total_bytes, size, sizeof(size)));
+        return 0;
+}
+
+/* The Kafka handles, within the plan's host budget, and the transactions
+ * under exactly-once. */
+static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
+        const kafka_callbacks_t cb = {
+                .assigned = daemon_on_assigned,
+                .revoking = daemon_on_revoking,
+                .revoked = daemon_on_revoked,
+                .delivered = daemon_on_delivered,
+                .fatal = daemon_on_fatal,
+        };
+        kafka_limits_t lim;
+        int r;
+
         /* What the host budget leaves after the pinned buffers and the
          * decode contexts bounds the records librdkafka may prefetch (at
          * least KAFKA_LIMITS_MIN_BYTES: the plan kept that free). */
-        kafka_limits_from_plan(plan, &lim);
+        kafka_limits_from_plan(engine_plan_of(d->engine), &lim);
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;
@@ -593,7 +594,15 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                          d->cfg->kafka.transaction_max_ms);
                 daemon_serve_starting(d);
         }
-        /* The decode contexts the plan counted, one job per slot position. */
+        return 0;
+}
+
+/* The decode contexts the plan counted, one job per slot position. */
+static int daemon_start_decode(daemon_t *d, errbuf_t *err) {
+        const plan_t *plan = engine_plan_of(d->engine);
+        char host[32], size[32];
+        int r;
+
         r = decode_pool_new(&d->decode, plan->decode_threads, plan->decode_max_pixels, d->cfg->decode.max_bytes,
                             d->cfg->decode.fast, d->cfg->decode.exif_orientation,
                             (size_t)engine_slots(d->engine) * (size_t)engine_max_batch(d->engine), err);
@@ -611,10 +620,23 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                  d->cfg->decode.exif_orientation ? ", turned by their EXIF orientation ([decode] exif_orientation = yes)"
                                                  : "",
                  units_format_size(plan->decode_host_bytes, host, sizeof(host)));
+        return 0;
+}
 
-        /* The pipeline borrows what it is given here (the topic strings and
-         * the meta's strings live in d->cfg, d->model and d->engine, which
-         * outlive it: daemon_free frees it first). */
+/* The pipeline borrows what it is given here (the topic strings and the
+ * meta's strings live in d->cfg, d->model and d->engine, which outlive it:
+ * daemon_free frees it first). */
+static int daemon_start_pipeline(daemon_t *d, errbuf_t *err) {
+        const pipeline_ops_t ops = {
+                .fail = daemon_pipeline_fail,
+                .arm_delay = daemon_pipeline_arm_delay,
+                .pump_later = daemon_pipeline_pump_later,
+                .arm_hold = daemon_pipeline_arm_hold,
+                .skipped = daemon_pipeline_skipped,
+        };
+        pipeline_config_t pcfg;
+        int r;
+
         pcfg = (pipeline_config_t){
                 .engine = d->engine,
                 .kafka = d->kafka,
@@ -641,6 +663,13 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
         r = pipeline_new(&d->pipeline, &pcfg, &ops, d);
         if (r < 0)
                 return errbuf_set(err, r, "Failed to set up the pipeline: %s", strerror(-r));
+        return 0;
+}
+
+/* The loop's sources of the running pipeline: the fds, the timers and the
+ * watchdog's timer when systemd asks for pings. */
+static int daemon_start_sources(daemon_t *d, errbuf_t *err) {
+        int r;
 
         if ((r = sd_event_add_io(d->event, &d->consumer_io, kafka_consumer_fd(d->kafka), EPOLLIN,
                                  daemon_on_consumer_io, d)) < 0 ||
@@ -672,6 +701,22 @@ int daemon_start(daemon_t *d, errbuf_t *err) {
                         return errbuf_set(err, r, "Failed to add the watchdog timer: %s", strerror(-r));
                 sd_event_source_set_enabled(d->watchdog_timer, SD_EVENT_ON);
         }
+        return 0;
+}
+
+int daemon_start(daemon_t *d, errbuf_t *err) {
+        pipeline_stats_t st;
+        int r;
+
+        /* The endpoint first, then the long steps, answering the requests
+         * that waited between them. */
+        if ((r = daemon_metrics_start(d, err)) < 0 || (r = daemon_start_model(d, err)) < 0)
+                return r;
+        daemon_serve_starting(d);
+        if ((r = daemon_start_engine(d, err)) < 0 || (r = daemon_start_kafka(d, err)) < 0 ||
+            (r = daemon_start_decode(d, err)) < 0 || (r = daemon_start_pipeline(d, err)) < 0 ||
+            (r = daemon_start_sources(d, err)) < 0)
+                return r;
 
         r = kafka_subscribe(d->kafka, err);
         if (r < 0)
