@@ -7,8 +7,10 @@
  * only. The records' own path (take, pack, submit, reap, produce, DLQ,
  * back-pressure) is the pipeline object (pipeline.h), which this file owns
  * and drives from its event handlers; the pipeline calls back only through
- * the pipeline_ops_t below and knows nothing else of the daemon. What
- * follows a produced record is in daemon_rebalance.c:
+ * the pipeline_ops_t below and knows nothing else of the daemon. After each
+ * event, daemon_progress runs the commit point's, the swap's and the drain's
+ * checks in one fixed order (see there). What follows a produced record is
+ * in daemon_rebalance.c:
  *
  *   producer fd -> delivery report -> batch_offsets_done -> store offset
  *   -> commit (shortly after, on the poll timer; synchronously on revoke and
