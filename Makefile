@@ -52,7 +52,7 @@ ifdef DEPS_PREFIX
 CORE_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu/openblas-pthread
 CORE_LIBS   := -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/openblas-pthread \
                -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu/openblas-pthread \
-               -ljansson -lopenblas -lcrypto -lturbojpeg -lspng -ldeflate -lwebp
+               -ljansson -lopenblas -lcrypto -lturbojpeg -lspng -ldeflate -lwebp -ldnnl
 else
 CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(CORE_PKGS) 2>/dev/null)
 CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(CORE_PKGS) 2>/dev/null)
@@ -63,7 +63,9 @@ CUNIT_LIBS    := $(shell $(PKG_CONFIG) --libs cunit 2>/dev/null || echo -lcunit)
 
 WARN     := -Wall -Wextra $(WERROR) -Wno-missing-field-initializers
 ALL_CFLAGS = -std=gnu11 $(CFLAGS) $(WARN) -MMD -MP -D_GNU_SOURCE -Isrc $(CORE_CFLAGS)
-LDLIBS_CORE = $(CORE_LIBS) -lpthread -lm
+# oneDNN (Debian's libdnnl-dev) ships no pkg-config file; its OpenMP
+# runtime is GCC's libgomp (the CPU engine sets its thread count).
+LDLIBS_CORE = $(CORE_LIBS) $(if $(DEPS_PREFIX),,-ldnnl) -lgomp -lpthread -lm
 
 # --- CUDA detection -------------------------------------------------------
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
