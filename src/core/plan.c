@@ -311,6 +311,7 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         r = req->terms(m, req, batch, &p->engine);
         if (r < 0)
                 return r;
+        p->weights_bytes += p->engine.weights_copy_bytes;
         p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
         p->limit = PLAN_LIMIT_MAX_BATCH;
         p->workspace_bytes = p->engine.workspace_bytes;

@@ -73,6 +73,10 @@ typedef struct plan_engine_terms {
          * PLAN_OPERAND_ELEMS_LIMIT. 0: no operand grows with the batch that
          * way (the CPU engine runs its im2col in bounded chunks). */
         uint64_t gemm_operand_elems_per_sample;
+        /* A second copy of the weights the engine keeps beside the model's
+         * blocks (the CPU engine's weights reordered for oneDNN): part of
+         * the plan's weights term. */
+        uint64_t weights_copy_bytes;
 } plan_engine_terms_t;
 
 /* The host buffers of one decode context (src/decode carves them from these
@@ -215,6 +219,9 @@ typedef struct plan_request {
          * The plan charges at least these, whatever its batch carves. */
         uint64_t held_arena_bytes;      /* its one arena (device memory; host memory for the CPU engine) */
         uint64_t held_pinned_host_bytes; /* its host staging of every slot */
+        bool cpu_reference;             /* the CPU engine runs cpu_ops' reference convolutions, not oneDNN's
+                                         * (tests only; engine_options_t) */
+        int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: the cores */
 } plan_request_t;
 
 typedef struct plan {

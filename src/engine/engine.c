@@ -107,6 +107,8 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->decode_max_pixels = o->decode_max_pixels;
         req->decode_running = o->decode_running;
         req->decode_input_bytes = o->decode_input_bytes;
+        req->cpu_threads = o->cpu_threads;
+        req->cpu_reference = o->cpu_reference;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
         return 0;
 }

@@ -1,30 +1,41 @@
-/* engine_cpu: the CPU executor of the plan, in plain C over cpu_ops.
+/* engine_cpu: the CPU executor of the plan: oneDNN's convolutions
+ * (cpu_dnnl), cpu_ops for the rest.
  *
  * One worker thread runs submitted slots in order, so the caller's thread
  * (the daemon's event loop) never waits behind a batch. Completion is an
  * eventfd in semaphore mode: one readable count per finished slot, so the
  * loop can reap exactly as many slots as were finished without a race.
+ * oneDNN's OpenMP threads (plan_request_t cpu_threads) run under it.
  *
  * Memory: the weights stay in the model's folded fp32 blocks (counted once by
- * the plan); one arena holds the activations at max_batch and the im2col
- * workspace; one host block holds every slot's records (packed by format,
- * engine/pack.h) and results. Both are
- * sized by engine_cpu_layout, the same function that gives the plan its
- * terms, and nothing is allocated per batch. A model swap (engine_swap)
- * points the engine at the new model's blocks and carves its plan from the
- * same two allocations, which it keeps (its plan charges them whole:
- * e->held_*); while the new file is staged, host memory holds the old set
- * and the new one, and one once the caller frees the old.
+ * the plan), and oneDNN's reordered copy beside them (the plan's
+ * weights_copy_bytes); one arena holds the activations at max_batch and the
+ * workspace (oneDNN's scratchpad, in user mode; the reference's im2col
+ * scratch instead when the engine runs cpu_ops' convolutions, a test-only
+ * option); one host block holds every slot's records (packed by format,
+ * engine/pack.h) and results. All are sized by engine_cpu_layout, the same
+ * function that gives the plan its terms, and nothing is allocated per
+ * batch. A model swap (engine_swap) builds the new model's primitives and
+ * reordered weights (its plan counts them), then points the engine at them
+ * and carves its plan from the same two allocations, which it keeps (its
+ * plan charges them whole: e->held_*); while the new file is staged, host
+ * memory holds the old set and the new one, and one once the caller frees
+ * the old.
  *
- * It is not fast by cleverness: the speed is OpenBLAS's. */
+ * It is not fast by cleverness: the speed is oneDNN's (and OpenBLAS's for
+ * the fc and the reference). */
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "engine/cpu_dnnl.h"
 #include "engine/cpu_ops.h"
 #include "engine/engine.h"
 
@@ -35,7 +46,8 @@
 
 typedef struct engine_cpu_layout {
         size_t activation_bytes;        /* arena: activations of max_batch */
-        size_t workspace_bytes;         /* arena: im2col scratch */
+        size_t workspace_bytes;         /* arena: oneDNN's scratchpad (the reference: im2col scratch) */
+        size_t weights_copy_bytes;      /* oneDNN's reordered weights (0 for the reference) */
         size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
         size_t logits_bytes_per_slot;   /* host: (batch, classes) fp32 */
         size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
@@ -54,8 +66,9 @@ static void engine_cpu_shape(const model_op_t *op, int n, cpu_conv_shape_t *s) {
         cpu_conv_shape_finish(s);
 }
 
-static void engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, int batch, int depth, int top_k,
-                              engine_cpu_layout_t *l) {
+/* The reference's im2col scratch at batch: the largest conv's, in chunks
+ * of samples under ENGINE_CPU_IM2COL_CAP_ELEMS. */
+static size_t engine_cpu_im2col_bytes(const model_t *m, int batch) {
         size_t ws = 0;
 
         for (int i = 0; i < m->n_ops; i++) {
@@ -69,31 +82,57 @@ static void engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, i
                 if (need > ws)
                         ws = need;
         }
+        return ws * sizeof(float);
+}
+
+static int engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, int batch, int depth, int top_k,
+                             bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
+        size_t ws = 0, copy = 0;
+
+        if (reference) {
+                ws = engine_cpu_im2col_bytes(m, batch);
+        } else {
+                int r = cpu_dnnl_sizes(m, batch, &ws, &copy, err);
+
+                if (r < 0)
+                        return r;
+        }
         l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * sizeof(float));
-        l->workspace_bytes = engine_cpu_align(ws * sizeof(float));
+        l->workspace_bytes = engine_cpu_align(ws);
+        l->weights_copy_bytes = copy;
         l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
         l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * m->classes * sizeof(float));
         l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
         l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot);
+        return 0;
 }
 
 int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch, plan_engine_terms_t *ret) {
         size_t offsets[MODEL_MAX_TENSORS];
         engine_cpu_layout_t l;
+        errbuf_t err;
+        int r;
 
         if (req->precision != PRECISION_FP32)
                 return -EINVAL;
-        engine_cpu_layout(m, plan_place_tensors(m, offsets), batch, req->pipeline_depth, req->top_k, &l);
-        /* The activations are the planner's own term; the arena adds the workspace. */
+        r = engine_cpu_layout(m, plan_place_tensors(m, offsets), batch, req->pipeline_depth, req->top_k,
+                              req->cpu_reference, &l, &err);
+        if (r < 0)
+                return r;
+        /* The activations are the planner's own term; the arena adds the
+         * workspace, the weights term oneDNN's copy. */
         *ret = (plan_engine_terms_t){
                 .workspace_bytes = l.workspace_bytes,
                 .pinned_host_bytes = l.host_bytes,
+                .weights_copy_bytes = l.weights_copy_bytes,
         };
         return 0;
 }
 
 typedef struct engine_cpu {
         engine_cpu_layout_t layout;
+        cpu_dnnl_t *dnnl;       /* the model's primitives and reordered weights; NULL: the reference */
+        int threads;            /* oneDNN's OpenMP threads, set on the worker */
         void *arena;            /* activations, then workspace */
         void *host;             /* per slot: inputs, logits, top-k */
         size_t arena_alloc_bytes, host_alloc_bytes;     /* as allocated at open: a swap carves within them */
@@ -152,6 +191,7 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         float *input = engine_cpu_tensor(e, m->input), *logits;
         engine_topk_t *top;
         size_t in_elems = m->tensors[m->input].elems;
+        int failed = 0;
 
         for (int i = 0; i < n; i++) {
                 const unsigned char *rec = records + offsets[i];
@@ -164,14 +204,17 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         for (int i = 0; i < m->n_ops; i++) {
                 const model_op_t *op = &m->ops[i];
                 float *in = engine_cpu_tensor(e, op->in), *out = engine_cpu_tensor(e, op->out);
+                float *res = op->residual >= 0 ? engine_cpu_tensor(e, op->residual) : NULL;
                 cpu_conv_shape_t s;
 
                 engine_cpu_shape(op, n, &s);
                 switch (op->kind) {
                 case MODEL_OP_CONV:
-                        cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off,
-                                   op->residual >= 0 ? engine_cpu_tensor(e, op->residual) : NULL, op->relu, out,
-                                   c->workspace, c->layout.workspace_bytes / sizeof(float));
+                        if (!c->dnnl)
+                                cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off, res, op->relu, out,
+                                           c->workspace, c->layout.workspace_bytes / sizeof(float));
+                        else if (cpu_dnnl_conv(c->dnnl, i, n, in, res, out, c->workspace) < 0)
+                                failed = 1;
                         break;
                 case MODEL_OP_MAXPOOL:
                         cpu_maxpool(&s, in, out);
@@ -187,6 +230,10 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         logits = (float *)engine_cpu_slot_logits(e, slot);
         top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
         memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * m->classes * sizeof(float));
+        /* A primitive that failed to execute (made at open, it has no
+         * reason to) leaves its rows marked non-finite, not wrong. */
+        for (size_t i = 0; failed && i < (size_t)n * m->classes; i++)
+                logits[i] = NAN;
         /* A row with non-finite logits is marked, not ranked (engine.h). */
         for (int i = 0; i < n; i++)
                 cpu_head_row(logits + (size_t)i * m->classes, m->classes, e->plan.top_k,
@@ -198,6 +245,9 @@ static void *engine_cpu_worker(void *userdata) {
         engine_cpu_t *c = e->impl;
         int depth = e->plan.pipeline_depth;
 
+        /* OpenMP's thread count is this thread's: oneDNN's parallel regions
+         * start from here. */
+        omp_set_num_threads(c->threads);
         pthread_mutex_lock(&c->lock);
         for (;;) {
                 int slot;
@@ -242,12 +292,24 @@ static void engine_cpu_close(engine_t *e) {
         pthread_cond_destroy(&c->wake);
         if (c->efd >= 0)
                 close(c->efd);
+        cpu_dnnl_free(c->dnnl);
         free(c->arena);
         free(c->host);
         free(c->queue);
         free(c->done);
         free(c);
         e->impl = NULL;
+}
+
+/* threads, or with 0 the CPUs this process may run on. */
+static int engine_cpu_threads(int threads) {
+        cpu_set_t set;
+
+        if (threads > 0)
+                return threads;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+                return CPU_COUNT(&set);
+        return 1;
 }
 
 static int engine_cpu_open(engine_t *e, errbuf_t *err) {
@@ -261,10 +323,14 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         c->efd = -1;
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->wake, NULL);
-        engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
-                          e->plan.top_k, &c->layout);
+        c->threads = engine_cpu_threads(e->request.cpu_threads);
+        r = engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
+                              e->plan.top_k, e->request.cpu_reference, &c->layout, err);
+        if (r < 0)
+                goto fail;
         /* The plan and the carve come from the same layout function. */
         if (c->layout.workspace_bytes != e->plan.workspace_bytes ||
+            c->layout.weights_copy_bytes != e->plan.engine.weights_copy_bytes ||
             c->layout.host_bytes != e->plan.engine.pinned_host_bytes) {
                 r = errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with its plan");
                 goto fail;
@@ -274,6 +340,11 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                 r = errbuf_set(err, -ENOMEM, "cannot allocate the planned %zu + %zu bytes",
                                c->layout.activation_bytes + c->layout.workspace_bytes, c->layout.host_bytes);
                 goto fail;
+        }
+        if (!e->request.cpu_reference) {
+                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, err);
+                if (r < 0)
+                        goto fail;
         }
         c->arena_alloc_bytes = c->layout.activation_bytes + c->layout.workspace_bytes;
         c->host_alloc_bytes = c->layout.host_bytes;
@@ -347,9 +418,14 @@ static int engine_cpu_completion_fd(engine_t *e) {
 static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const plan_t *plan,
                                   engine_cpu_layout_t *l, errbuf_t *err) {
         const engine_cpu_t *c = e->impl;
+        int r;
 
-        engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth, plan->top_k, l);
-        if (l->workspace_bytes != plan->workspace_bytes || l->host_bytes != plan->engine.pinned_host_bytes)
+        r = engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth,
+                              plan->top_k, !c->dnnl, l, err);
+        if (r < 0)
+                return r;
+        if (l->workspace_bytes != plan->workspace_bytes || l->weights_copy_bytes != plan->engine.weights_copy_bytes ||
+            l->host_bytes != plan->engine.pinned_host_bytes)
                 return errbuf_set(err, -EINVAL, "the CPU engine's layout disagrees with the new plan");
         if (l->activation_bytes + l->workspace_bytes > c->arena_alloc_bytes || l->host_bytes > c->host_alloc_bytes)
                 return errbuf_set(err, -ENOSPC,
@@ -366,24 +442,35 @@ static int engine_cpu_swap_fits(const engine_t *e, const model_t *next, const pl
         return engine_cpu_swap_layout(e, next, plan, &l, err);
 }
 
-/* The weights are next's own host blocks (engine_cpu_forward reads
- * e->model, which engine_swap sets): only the carve follows the plan. The
+/* The reference reads next's own host blocks (engine_cpu_forward reads
+ * e->model, which engine_swap sets); oneDNN's primitives and reordered
+ * weights are made for next here (its plan's weights_copy_bytes), and the
+ * old ones freed once they are replaced. The carve follows the plan. The
  * worker is idle (no slot queued), and the next submit's lock hands it the
  * new layout. */
 static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err) {
         engine_cpu_t *c = e->impl;
         engine_cpu_layout_t l;
+        cpu_dnnl_t *dnnl = NULL, *old;
         int r;
 
         r = engine_cpu_swap_layout(e, next, plan, &l, err);
         if (r < 0)
                 return r;
+        if (c->dnnl) {
+                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, err);
+                if (r < 0)
+                        return r;
+        }
         pthread_mutex_lock(&c->lock);
         assert(c->queue_len == 0);
+        old = c->dnnl;
+        c->dnnl = dnnl;
         c->layout = l;
         c->activations = c->arena;
         c->workspace = (float *)((char *)c->arena + l.activation_bytes);
         pthread_mutex_unlock(&c->lock);
+        cpu_dnnl_free(old);
         return 0;
 }
 

@@ -1,7 +1,8 @@
 /* Unit tests of the engine interface on the CPU engine: slots, the
  * completion fd, the errors of a misuse, and that a record's result does not
- * depend on its batch or position (which an arena overlap would break).
- * Numerics against torchvision are the golden suite's job. */
+ * depend on its batch or position (which an arena overlap would break);
+ * oneDNN's convolutions against cpu_ops' reference, and its memory against
+ * the plan. Numerics against torchvision are the golden suite's job. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -13,13 +14,14 @@
 
 #define R50_CLASSES 1000        /* model_random: ResNet-50 with ImageNet's classes */
 
-static engine_t *engine_test_open(model_t *m, int max_batch) {
+static engine_t *engine_test_open_as(model_t *m, int max_batch, bool reference) {
         engine_options_t o;
         engine_t *e = NULL;
         errbuf_t err;
 
         engine_options_init(&o);
         o.backend = BACKEND_CPU;
+        o.cpu_reference = reference;
         o.max_batch = max_batch;
         o.top_k = 3;
         if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {
@@ -27,6 +29,10 @@ static engine_t *engine_test_open(model_t *m, int max_batch) {
                 return NULL;
         }
         return e;
+}
+
+static engine_t *engine_test_open(model_t *m, int max_batch) {
+        return engine_test_open_as(m, max_batch, false);
 }
 
 /* Places record i of slot with random content; returns where it went. */
@@ -108,7 +114,11 @@ static void test_engine_cpu_result_independent_of_batch(void) {
 /* A float32 record of 3e38 everywhere (already "normalised", so taken as
  * is) overflows the network: its logits are not finite, and its row alone
  * is marked, while the rgb8 records around it in the batch keep their
- * predictions. */
+ * predictions. On the reference: oneDNN's fused ReLU, like the CUDA
+ * engine's, takes a NaN to 0 (max(x, 0)), where cpu_ops' keeps it, so an
+ * overflow inside the network may end finite there; the marking itself is
+ * the head's (cpu_head_row), which both paths share, and
+ * marks_rows_of_overflowing_weights holds it on oneDNN's. */
 static void test_engine_cpu_marks_nonfinite_rows(void) {
         model_t *m = NULL;
         engine_t *e;
@@ -119,7 +129,7 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
         int nonfinite = 0;
 
         CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
-        e = engine_test_open(m, 3);
+        e = engine_test_open_as(m, 3, true);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
         p = engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
@@ -501,6 +511,144 @@ static void test_engine_cpu_swap_weights(void) {
         model_free(c);
 }
 
+/* The n records of seeds through slot 0 of e (rgb8, the second f32: a
+ * slot holds one f32 record beside the rgb8 ones, engine/pack.h);
+ * their logits to out (n, classes). */
+static int engine_test_batch(engine_t *e, const uint64_t *seeds, int n, float *out) {
+        errbuf_t err;
+        int r;
+
+        for (int i = 0; i < n; i++)
+                engine_test_fill(e, 0, i, seeds[i], i == 1 ? RECORD_F32_CHW : RECORD_RGB8);
+        if ((r = engine_submit(e, 0, n, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
+                return r;
+        memcpy(out, engine_slot_logits(e, 0), (size_t)n * R50_CLASSES * sizeof(float));
+        return 0;
+}
+
+/* oneDNN's engine (the default) against the reference (cpu_ops' im2col
+ * convolutions, the test-only option) on the same model: every record of a
+ * batch of 7 (the top bucket of max_batch 7), of 6 (4 + 2) and of 3 (2 + 1)
+ * within fp32 rounding, residual adds and ReLUs included (a dropped post-op
+ * is off by far more). The plan counts oneDNN's reordered weights beside
+ * the model's, and the reference's plan has no copy. */
+static void test_engine_cpu_onednn_matches_reference(void) {
+        static const uint64_t seeds[7] = { 11, 12, 13, 14, 15, 16, 17 };
+        static const int sizes[3] = { 7, 6, 3 };
+        float *got = malloc(7 * R50_CLASSES * sizeof(float)), *want = malloc(7 * R50_CLASSES * sizeof(float));
+        model_t *m = NULL;
+        engine_t *d, *ref;
+        const plan_t *pd, *pr;
+        double worst = 0;
+        size_t conv_elems = 0;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 9), 0);
+        for (int i = 0; i < m->n_ops; i++)
+                if (m->ops[i].kind == MODEL_OP_CONV)
+                        conv_elems += (size_t)m->ops[i].cout * m->ops[i].kh * m->ops[i].kw * m->ops[i].cin;
+        d = engine_test_open_as(m, 7, false);
+        ref = engine_test_open_as(m, 7, true);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+        pd = engine_plan_of(d);
+        pr = engine_plan_of(ref);
+        if (getenv("INFERD_TEST_VERBOSE"))
+                fprintf(stderr, "weights: %zu elements, copy %llu bytes\n", m->weight_elems,
+                        (unsigned long long)pd->engine.weights_copy_bytes);
+        CU_ASSERT_EQUAL(pr->engine.weights_copy_bytes, 0);
+        CU_ASSERT(pd->engine.weights_copy_bytes >= conv_elems * sizeof(float));
+        CU_ASSERT_EQUAL(pd->weights_bytes, pr->weights_bytes + pd->engine.weights_copy_bytes);
+        for (int k = 0; k < 3; k++) {
+                int n = sizes[k];
+
+                CU_ASSERT_EQUAL_FATAL(engine_test_batch(d, seeds, n, got), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_test_batch(ref, seeds, n, want), 0);
+                for (int i = 0; i < n; i++) {
+                        double rel = engine_test_rel(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES);
+
+                        CU_ASSERT(rel < 1e-5);
+                        if (!(rel <= worst))
+                                worst = rel;
+                }
+        }
+        if (getenv("INFERD_TEST_VERBOSE"))
+                fprintf(stderr, "oneDNN against the reference: worst rel L2 %.3g\n", worst);
+        engine_free(d);
+        engine_free(ref);
+        model_free(m);
+        free(got);
+        free(want);
+}
+
+static uint64_t engine_test_status_bytes(const char *key) {
+        char line[256];
+        unsigned long long kb = 0;
+        FILE *f = fopen("/proc/self/status", "r");
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, key, strlen(key)) == 0)
+                        sscanf(line + strlen(key), "%llu", &kb);
+        fclose(f);
+        return kb * 1024;
+}
+
+static int engine_test_reset_peak(void) {
+        FILE *f = fopen("/proc/self/clear_refs", "w");
+
+        if (!f)
+                return -1;
+        if (fputs("5", f) < 0) {
+                fclose(f);
+                return -1;
+        }
+        return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The memory planner stays the source of memory: opening oneDNN's engine
+ * and running a batch of every size raises the resident set by no more than
+ * the plan's arena, host buffers and reordered weights (and a margin for
+ * oneDNN's primitives and JIT code, OpenMP's threads); then 20 more batches
+ * raise its peak (VmHWM, reset first) by less than 1 MiB: nothing of size is
+ * allocated per batch, a scratchpad of oneDNN's own included. */
+static void test_engine_cpu_onednn_memory_within_plan(void) {
+        static const uint64_t seeds[6] = { 21, 22, 23, 24, 25, 26 };
+        float *out = malloc(6 * R50_CLASSES * sizeof(float));
+        model_t *m = NULL;
+        engine_t *e;
+        const plan_t *p;
+        uint64_t before, opened, planned, peak_before, peak_after;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        CU_ASSERT_EQUAL_FATAL(model_random(&m, 3), 0);
+        before = engine_test_status_bytes("VmRSS:");
+        e = engine_test_open(m, 6);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        for (int n = 1; n <= 6; n++)
+                CU_ASSERT_EQUAL_FATAL(engine_test_batch(e, seeds, n, out), 0);
+        opened = engine_test_status_bytes("VmRSS:");
+        p = engine_plan_of(e);
+        planned = e->held_arena_bytes + e->held_pinned_host_bytes + p->engine.weights_copy_bytes;
+        CU_ASSERT(before > 0 && opened > before);
+        CU_ASSERT(opened - before <= planned + ((uint64_t)48 << 20));
+        CU_ASSERT_EQUAL_FATAL(engine_test_reset_peak(), 0);
+        peak_before = engine_test_status_bytes("VmHWM:");
+        for (int k = 0; k < 20; k++)
+                CU_ASSERT_EQUAL_FATAL(engine_test_batch(e, seeds, 1 + k % 6, out), 0);
+        peak_after = engine_test_status_bytes("VmHWM:");
+        CU_ASSERT(peak_before > 0 && peak_after - peak_before < ((uint64_t)1 << 20));
+        if (getenv("INFERD_TEST_VERBOSE"))
+                fprintf(stderr, "oneDNN engine: RSS +%llu bytes at open and warm-up (planned %llu), "
+                        "peak +%llu over 20 batches\n", (unsigned long long)(opened - before),
+                        (unsigned long long)planned, (unsigned long long)(peak_after - peak_before));
+        engine_free(e);
+        model_free(m);
+        free(out);
+}
+
 int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
@@ -511,6 +659,8 @@ int test_engine_cpu_register(void) {
                 { "auto_falls_back_with_warning", test_engine_cpu_auto_falls_back_with_warning },
                 { "swap_weights", test_engine_cpu_swap_weights },
                 { "swap_architecture", test_engine_cpu_swap_architecture },
+                { "onednn_matches_reference", test_engine_cpu_onednn_matches_reference },
+                { "onednn_memory_within_plan", test_engine_cpu_onednn_memory_within_plan },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("engine_cpu", tests);

@@ -66,11 +66,20 @@ static void test_plan_counts_weights_once(void) {
         CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 1, &p1), 0);
         CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 64, &p64), 0);
         /* 25,502,912 weights + 27,560 biases, 4 bytes each, plus < 256 bytes
-         * of alignment for each of the 54 weight and 54 bias blocks. */
+         * of alignment for each of the 54 weight and 54 bias blocks; then
+         * oneDNN's reordered copy of the 53 convs' weights (all but the fc's
+         * 2,048,000), padded to its blocks by at most a few percent. */
         raw = (uint64_t)(25502912 + 27560) * 4;
-        CU_ASSERT(p1.weights_bytes >= raw);
-        CU_ASSERT(p1.weights_bytes < raw + 108 * 256);
+        CU_ASSERT(p1.engine.weights_copy_bytes >= (uint64_t)(25502912 - 2048000) * 4);
+        CU_ASSERT(p1.engine.weights_copy_bytes < (uint64_t)(25502912 - 2048000) * 4 / 100 * 105);
+        CU_ASSERT(p1.weights_bytes - p1.engine.weights_copy_bytes >= raw);
+        CU_ASSERT(p1.weights_bytes - p1.engine.weights_copy_bytes < raw + 108 * 256);
         CU_ASSERT_EQUAL(p1.weights_bytes, p64.weights_bytes);
+        /* The reference (cpu_ops' convolutions, tests only) keeps no copy. */
+        req.cpu_reference = true;
+        CU_ASSERT_EQUAL_FATAL(plan_at_batch(m, &req, 1, &p1), 0);
+        CU_ASSERT_EQUAL(p1.engine.weights_copy_bytes, 0);
+        CU_ASSERT(p1.weights_bytes >= raw && p1.weights_bytes < raw + 108 * 256);
         CU_ASSERT_EQUAL(p64.activation_bytes, 64 * p64.activation_bytes_per_sample);
         CU_ASSERT_EQUAL(p64.total_bytes, p64.weights_bytes + p64.activation_bytes + p64.workspace_bytes);
         /* fp16 halves the weights but not the fp32 biases. */
@@ -200,9 +209,15 @@ static void test_plan_refuses_and_names_the_term(void) {
         plan_request_cpu(&req, (uint64_t)50 << 20);
         CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the weights"));
-        /* 100 MiB holds the 97.4 MiB of weights but not one sample's im2col
-         * workspace (112 * 112 * 147 floats for conv1 = 7.0 MiB). */
+        /* With oneDNN's copy the weights are 187 MiB: 150 MiB cannot hold them. */
+        plan_request_cpu(&req, (uint64_t)150 << 20);
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the weights"));
+        /* On the reference, 100 MiB holds the 97.4 MiB of weights but not one
+         * sample's im2col workspace (112 * 112 * 147 floats for conv1 = 7.0
+         * MiB); oneDNN's scratchpad is a few KiB. */
         plan_request_cpu(&req, (uint64_t)100 << 20);
+        req.cpu_reference = true;
         CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the workspace"));
         /* A host budget below two slots of one record. */
