@@ -26,7 +26,8 @@ typedef struct cpu_dnnl_prim {
 
 typedef struct cpu_dnnl_conv {
         int op;                 /* index in the model's table */
-        void *weights;          /* reordered (oneDNN's layout), owned */
+        dnnl_memory_desc_t w_md;        /* the layout the largest bucket chose; every bucket uses it */
+        void *weights;          /* reordered into w_md: within cpu_dnnl's one weights block */
         dnnl_memory_t w_mem, b_mem;     /* b_mem: the model's folded bias, not copied */
         size_t in_elems, out_elems;     /* per sample */
         int has_residual;
@@ -35,6 +36,8 @@ typedef struct cpu_dnnl_conv {
 
 struct cpu_dnnl {
         dnnl_stream_t stream;
+        void *weights;          /* every conv's reordered weights, one block (one large block is
+                                 * mmapped and unmapped whole: freeing it leaves no heap behind) */
         int buckets[ENGINE_CUDA_MAX_BUCKETS];
         int n_buckets;
         int n_convs;
@@ -47,7 +50,12 @@ static dnnl_status_t cpu_dnnl_engine_status = dnnl_runtime_error;
 static pthread_once_t cpu_dnnl_once = PTHREAD_ONCE_INIT;
 
 static void cpu_dnnl_engine_init(void) {
-        cpu_dnnl_engine_status = dnnl_engine_create(&cpu_dnnl_engine, dnnl_cpu, 0);
+        /* The engine holds its primitives itself; oneDNN's cache of them
+         * would keep a second reference (and the kernels of a model swapped
+         * out) past cpu_dnnl_free, outside the plan. */
+        cpu_dnnl_engine_status = dnnl_set_primitive_cache_capacity(0);
+        if (cpu_dnnl_engine_status == dnnl_success)
+                cpu_dnnl_engine_status = dnnl_engine_create(&cpu_dnnl_engine, dnnl_cpu, 0);
 }
 
 /* oneDNN's one CPU engine, made once for the process (it holds no memory of
@@ -160,9 +168,9 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, size_t *ret_scratch_bytes, s
         return 0;
 }
 
-/* Reorders op's folded weights, (cout, kh, kw, cin) fp32, into a block of
- * c's own in the layout w_md, and makes the memory objects of the weights
- * and the bias. */
+/* Reorders op's folded weights, (cout, kh, kw, cin) fp32, into c->weights
+ * in the layout w_md, and makes the memory objects of the weights and the
+ * bias. */
 static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op_t *op,
                             const dnnl_memory_desc_t *w_md, dnnl_stream_t stream, errbuf_t *err) {
         dnnl_memory_desc_t user_md, b_md;
@@ -172,15 +180,11 @@ static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op
         dnnl_primitive_t reorder = NULL;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
-        size_t bytes = dnnl_memory_desc_get_size(w_md);
         int r;
 
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
-        if (posix_memalign(&c->weights, CPU_DNNL_ALIGN, cpu_dnnl_align(bytes)))
-                return errbuf_set(err, -ENOMEM, "cannot allocate %zu bytes for %s's reordered weights", bytes,
-                                  op->name);
         dnnl_memory_desc_init_by_tag(&user_md, 4, wdims, dnnl_f32, dnnl_ohwi);
         dnnl_memory_desc_init_by_tag(&b_md, 1, bdims, dnnl_f32, dnnl_x);
         s = dnnl_memory_create(&user, &user_md, eng, m->weights + op->w_off);
@@ -239,30 +243,37 @@ static int cpu_dnnl_prim_make(cpu_dnnl_prim_t *p, const model_op_t *op, int n, c
         return 0;
 }
 
-/* conv op's weights, reordered, and its primitive for every bucket. */
-static int cpu_dnnl_conv_make(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *m, int op_index, errbuf_t *err) {
+/* conv op's weights' layout (the largest bucket's choice) and its size. */
+static int cpu_dnnl_conv_layout(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *m, int op_index, errbuf_t *err) {
         const model_op_t *op = &m->ops[op_index];
         dnnl_primitive_desc_t pd;
-        dnnl_memory_desc_t w_md;
         int r;
 
         c->op = op_index;
         c->in_elems = m->tensors[op->in].elems;
         c->out_elems = m->tensors[op->out].elems;
         c->has_residual = op->residual >= 0;
-        c->by_bucket = calloc((size_t)d->n_buckets, sizeof(*c->by_bucket));
-        if (!c->by_bucket)
-                return errbuf_set(err, -ENOMEM, "out of memory");
         r = cpu_dnnl_conv_pd(op, d->buckets[d->n_buckets - 1], NULL, &pd, err);
         if (r < 0)
                 return r;
-        w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         dnnl_primitive_desc_destroy(pd);
-        r = cpu_dnnl_weights(c, m, op, &w_md, d->stream, err);
+        return 0;
+}
+
+/* conv op's weights, reordered into c->weights, and its primitive for every bucket. */
+static int cpu_dnnl_conv_make(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *m, errbuf_t *err) {
+        const model_op_t *op = &m->ops[c->op];
+        int r;
+
+        c->by_bucket = calloc((size_t)d->n_buckets, sizeof(*c->by_bucket));
+        if (!c->by_bucket)
+                return errbuf_set(err, -ENOMEM, "out of memory");
+        r = cpu_dnnl_weights(c, m, op, &c->w_md, d->stream, err);
         if (r < 0)
                 return r;
         for (int b = 0; b < d->n_buckets; b++) {
-                r = cpu_dnnl_prim_make(&c->by_bucket[b], op, d->buckets[b], &w_md, err);
+                r = cpu_dnnl_prim_make(&c->by_bucket[b], op, d->buckets[b], &c->w_md, err);
                 if (r < 0)
                         return r;
         }
@@ -283,8 +294,8 @@ void cpu_dnnl_free(cpu_dnnl_t *d) {
                 free(c->by_bucket);
                 dnnl_memory_destroy(c->w_mem);
                 dnnl_memory_destroy(c->b_mem);
-                free(c->weights);
         }
+        free(d->weights);
         free(d->convs);
         free(d->conv_of_op);
         if (d->stream)
@@ -296,6 +307,7 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, errbuf_t *er
         cpu_dnnl_t *d;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
+        size_t weights_bytes = 0, offset = 0;
         int r;
 
         if (!m->weights)
@@ -327,7 +339,20 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, errbuf_t *er
                 if (m->ops[i].kind != MODEL_OP_CONV)
                         continue;
                 d->conv_of_op[i] = d->n_convs;
-                r = cpu_dnnl_conv_make(d, &d->convs[d->n_convs++], m, i, err);
+                r = cpu_dnnl_conv_layout(d, &d->convs[d->n_convs++], m, i, err);
+                if (r < 0)
+                        goto fail;
+                weights_bytes += cpu_dnnl_align(dnnl_memory_desc_get_size(&d->convs[d->n_convs - 1].w_md));
+        }
+        if (posix_memalign(&d->weights, CPU_DNNL_ALIGN, weights_bytes)) {
+                d->weights = NULL;
+                r = errbuf_set(err, -ENOMEM, "cannot allocate %zu bytes for the reordered weights", weights_bytes);
+                goto fail;
+        }
+        for (int i = 0; i < d->n_convs; i++) {
+                d->convs[i].weights = (char *)d->weights + offset;
+                offset += cpu_dnnl_align(dnnl_memory_desc_get_size(&d->convs[i].w_md));
+                r = cpu_dnnl_conv_make(d, &d->convs[i], m, err);
                 if (r < 0)
                         goto fail;
         }
