@@ -25,9 +25,9 @@
 #error "INFERD_VERSION is set by the Makefile from the VERSION file"
 #endif
 
-/* openblas_get_num_threads is OpenBLAS's own; declared here to avoid
- * depending on which cblas.h variant is installed. */
-int openblas_get_num_threads(void);
+/* The CPU engine's threads are OpenMP's (oneDNN's runtime); inferd-run
+ * leaves them at OpenMP's default. */
+#include <omp.h>
 
 typedef enum run_mode {
         RUN_INFER,
@@ -616,7 +616,7 @@ static int run_bench(engine_t *e, const run_args_t *a) {
                "\"precision\":\"%s\",\"threads\":%d,\"pipeline_depth\":%d}\n",
                batches * (double)batch / ((t1 - t0) / 1e3), batch, batches, (t1 - t0) / 1e3, engine_backend(e),
                precision_name(engine_precision(e)),
-               strcmp(engine_backend(e), "cpu") == 0 ? openblas_get_num_threads() : 0, depth);
+               strcmp(engine_backend(e), "cpu") == 0 ? omp_get_max_threads() : 0, depth);
         return 0;
 fail:
         fprintf(stderr, "inferd-run: the %s engine failed: %s\n", engine_backend(e), err.msg);

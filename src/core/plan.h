@@ -221,7 +221,7 @@ typedef struct plan_request {
         uint64_t held_pinned_host_bytes; /* its host staging of every slot */
         bool cpu_reference;             /* the CPU engine runs cpu_ops' reference convolutions, not oneDNN's
                                          * (tests only; engine_options_t) */
-        int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: the cores */
+        int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default */
 } plan_request_t;
 
 typedef struct plan {

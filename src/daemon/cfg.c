@@ -103,6 +103,8 @@ static const cfg_key_t cfg_keys[] = {
           "auto takes CUDA when a device is present, else the CPU." },
         { "engine", "device", CFG_T_INT, "0", 0, 63, false, false, F(engine.device),
           "CUDA device ordinal." },
+        { "engine", "threads", CFG_T_INT, "0", 0, 1024, false, false, F(engine.threads),
+          "The CPU engine's threads (oneDNN's OpenMP threads). 0: OpenMP's default, OMP_NUM_THREADS or else the cores inferd may run on. The decode threads take a core only while they decode, about a seventh of one at the CPU engine's rate; set threads to the cores less [decode] threads to keep the two apart." },
 
         { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, true, false, F(memory.gpu_budget),
           "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place, whose plan charges the whole arena allocated at start (kept until a restart, whatever batch the swap carves from it): a budget too small for it is refused; the batch never goes above the one at start." },

@@ -98,6 +98,7 @@ typedef struct cfg {
         struct {
                 backend_t backend;      /* may be BACKEND_AUTO: the daemon resolves it */
                 int device;             /* CUDA device ordinal, 0..63 */
+                int threads;            /* the CPU engine's threads; 0: OpenMP's default */
         } engine;
 
         struct {

@@ -24,6 +24,7 @@ void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budge
          * whatever it says (the file's comment says so), as AUTO does. */
         o->precision = c->engine.backend == BACKEND_CPU ? PRECISION_AUTO : c->model.precision;
         o->device = c->engine.device;
+        o->cpu_threads = c->engine.threads;
         o->device_budget = c->memory.gpu_budget;
         snprintf(host_budget, len, "%" PRIu64, c->memory.host_budget_bytes);
         o->host_budget = host_budget;

@@ -139,7 +139,8 @@ typedef struct engine_options {
                                          * model swap in place): see plan_request_t */
         uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
         engine_cuda_options_t cuda;     /* all off after engine_options_init */
-        int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: the cores it may run on */
+        int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default
+                                         * (OMP_NUM_THREADS, else the CPUs the process may run on) */
         bool cpu_reference;             /* tests only: the CPU engine runs cpu_ops' reference convolutions
                                          * (im2col + OpenBLAS) instead of oneDNN's */
 } engine_options_t;

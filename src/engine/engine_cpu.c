@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -132,7 +131,7 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
 typedef struct engine_cpu {
         engine_cpu_layout_t layout;
         cpu_dnnl_t *dnnl;       /* the model's primitives and reordered weights; NULL: the reference */
-        int threads;            /* oneDNN's OpenMP threads, set on the worker */
+        int threads;            /* oneDNN's OpenMP threads, set on the worker; 0: OpenMP's default */
         void *arena;            /* activations, then workspace */
         void *host;             /* per slot: inputs, logits, top-k */
         size_t arena_alloc_bytes, host_alloc_bytes;     /* as allocated at open: a swap carves within them */
@@ -246,8 +245,10 @@ static void *engine_cpu_worker(void *userdata) {
         int depth = e->plan.pipeline_depth;
 
         /* OpenMP's thread count is this thread's: oneDNN's parallel regions
-         * start from here. */
-        omp_set_num_threads(c->threads);
+         * start from here. 0 leaves OpenMP's default (OMP_NUM_THREADS, else
+         * the CPUs this process may run on). */
+        if (c->threads > 0)
+                omp_set_num_threads(c->threads);
         pthread_mutex_lock(&c->lock);
         for (;;) {
                 int slot;
@@ -301,17 +302,6 @@ static void engine_cpu_close(engine_t *e) {
         e->impl = NULL;
 }
 
-/* threads, or with 0 the CPUs this process may run on. */
-static int engine_cpu_threads(int threads) {
-        cpu_set_t set;
-
-        if (threads > 0)
-                return threads;
-        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-                return CPU_COUNT(&set);
-        return 1;
-}
-
 static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         engine_cpu_t *c;
         int r;
@@ -323,7 +313,7 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         c->efd = -1;
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->wake, NULL);
-        c->threads = engine_cpu_threads(e->request.cpu_threads);
+        c->threads = e->request.cpu_threads;
         r = engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
                               e->plan.top_k, e->request.cpu_reference, &c->layout, err);
         if (r < 0)

@@ -695,7 +695,7 @@ static const char *const design_keys[][2] = {
         { "kafka", "output_topic" }, { "kafka", "dlq_topic" }, { "kafka", "static_membership" },
         { "kafka", "delivery" }, { "kafka", "transaction_max_ms" },
         { "model", "weights" }, { "model", "labels" }, { "model", "precision" },
-        { "engine", "backend" }, { "engine", "device" },
+        { "engine", "backend" }, { "engine", "device" }, { "engine", "threads" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },
         { "batching", "max_delay_ms" }, { "batching", "max_images_per_s" }, { "batching", "max_record_age" },
         { "batching", "max_record_age_action" }, { "service", "trace_headers" }, { "service", "timing_header" },
