@@ -15,6 +15,7 @@
 #include "engine/engine_cuda_plan.h"
 
 #define CPU_DNNL_ALIGN 64
+#define CPU_DNNL_RELU_ALPHA 1e-30f
 
 /* Memory objects of one primitive, pointed at the caller's buffers per call. */
 enum { CPU_DNNL_SRC, CPU_DNNL_DST, CPU_DNNL_RES, CPU_DNNL_SCRATCH, CPU_DNNL_MEMS };
@@ -115,8 +116,14 @@ static int cpu_dnnl_conv_pd(const model_op_t *op, int n, const dnnl_memory_desc_
                 s = dnnl_post_ops_create(&po);
         if (s == dnnl_success && op->residual >= 0)
                 s = dnnl_post_ops_append_binary(po, dnnl_binary_add, &dst);
+        /* A ReLU that keeps a NaN, as torch.relu and cpu_ops do (an
+         * overflow must reach the logits to be marked): oneDNN's relu with
+         * alpha 0 is max(x, 0), which takes a NaN to 0; with a non-zero
+         * alpha it is x > 0 ? x : alpha * x, which keeps it. alpha is
+         * CPU_DNNL_RELU_ALPHA, so small that a negative x leaves at most
+         * |x| * 1e-30 where the exact ReLU leaves 0. */
         if (s == dnnl_success && op->relu)
-                s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+                s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, CPU_DNNL_RELU_ALPHA, 0.0f);
         if (s == dnnl_success)
                 s = dnnl_primitive_attr_set_post_ops(attr, po);
         if (s == dnnl_success)
