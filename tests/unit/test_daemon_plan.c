@@ -31,6 +31,7 @@ static cfg_t *plan_test_cfg(void) {
                 return NULL;
         c->engine.backend = BACKEND_CUDA;
         c->engine.device = 1;
+        c->engine.threads = 3;
         c->model.precision = PRECISION_BF16;
         snprintf(c->memory.gpu_budget, sizeof(c->memory.gpu_budget), "55%%");
         c->memory.host_budget_bytes = 3 * 1024 * MiB;
@@ -54,6 +55,8 @@ static void test_daemon_plan_engine_options_from_config(void) {
         CU_ASSERT_EQUAL(o.backend, BACKEND_CUDA);
         CU_ASSERT_EQUAL(o.precision, PRECISION_BF16);
         CU_ASSERT_EQUAL(o.device, 1);
+        CU_ASSERT_EQUAL(o.cpu_threads, 3);
+        CU_ASSERT_FALSE(o.cpu_reference);       /* tests only, never from a config */
         CU_ASSERT_STRING_EQUAL(o.device_budget, "55%");
         CU_ASSERT_PTR_EQUAL(o.host_budget, host);
         CU_ASSERT_STRING_EQUAL(host, "3221225472");
