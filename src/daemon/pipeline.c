@@ -121,6 +121,11 @@ static void pipeline_fail(pipeline_t *p, int status) {
         p->ops.fail(p->userdata, status);
 }
 
+/* Position i of slot in the (depth, capacity) arrays: jobs, refused, times. */
+static size_t pipeline_pos(const pipeline_t *p, int slot, int i) {
+        return (size_t)slot * (size_t)p->capacity + (size_t)i;
+}
+
 /* --- the held queue ------------------------------------------------------- */
 
 static int pipeline_held_push(pipeline_t *p, rd_kafka_message_t *m) {
@@ -372,6 +377,103 @@ static int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const cha
         return 0;
 }
 
+/* A record of a DONE slot that gets no prediction (its decode was refused,
+ * or its output is not finite) goes to the DLQ under the offset it was
+ * tracked with; with exactly-once and the transaction doomed, it is dropped
+ * instead (the rewind after the abort brings it back). Returns 0 when the
+ * record has left the slot, else pipeline_dead_letter's -errno (it stays). */
+static int pipeline_produce_dead(pipeline_t *p, batch_entry_t *e, const char *code, const char *detail) {
+        int r = pipeline_dead_letter(p, e->msg, code, detail, e->tag);
+
+        if (r == -ECANCELED) {
+                rd_kafka_message_destroy(e->msg);
+                r = 0;
+        }
+        if (r == 0)
+                e->msg = NULL;
+        return r;
+}
+
+/* Produces position i of a DONE slot: its prediction (top: the slot's
+ * results, (n, engine_top_k)), or its DLQ copy. t_now is when the slot's
+ * results are produced. Returns 0 when the record has left the slot,
+ * -ENOBUFS when the producer's queue is full (it stays, to be retried),
+ * other -errno (fatal; it stays). */
+static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_topk_t *top, uint64_t t_now) {
+        batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
+        const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
+        size_t pos = pipeline_pos(p, slot, i);
+        rd_kafka_message_t *m = e->msg;
+        rd_kafka_headers_t *h;
+        pipeline_ticket_t *t;
+        errbuf_t err = {};
+        char *json = NULL;
+        int len, r;
+
+        if (p->refused && p->refused[pos]) {
+                /* Its decode was refused: the engine ran on a placeholder. */
+                const decode_job_t *j = &p->jobs[pos];
+
+                r = pipeline_produce_dead(p, e, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg);
+                if (r == 0)
+                        p->refused[pos] = false;
+                return r;
+        }
+        if (!engine_topk_is_finite(scores))
+                return pipeline_produce_dead(p, e, RECORD_ERR_NON_FINITE_OUTPUT,
+                                             "the model's output for this record is not finite (a NaN or "
+                                             "infinite logit), so it has no prediction");
+        h = pipeline_source_headers(p, m);
+        t = pipeline_ticket_new(m, false);
+        if (t) {
+                t->times = p->times[pos];
+                t->timed = t->timestamp_ms >= 0;
+        }
+        if (h && p->timing_header) {
+                double stages[RECTIME_STAGES];
+                char timing[128];
+
+                rectime_stages(&p->times[pos], t_now, stages);
+                if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
+                        rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
+        }
+        len = prediction_format(&json, scores, p->top_k, (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
+        if (!h || !t || len < 0) {
+                r = -ENOMEM;
+                log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset, strerror(ENOMEM));
+                goto fail;
+        }
+        t->part_id = e->tag;
+        r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h, t, &err);
+        free(json);
+        json = NULL;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: no output; the
+                 * rewind after the abort brings the record back. */
+                rd_kafka_headers_destroy(h);
+                free(t);
+                rd_kafka_message_destroy(m);
+                e->msg = NULL;
+                return 0;
+        }
+        if (r < 0) {
+                if (r != -ENOBUFS)
+                        log_error("%s", err.msg);
+                goto fail;
+        }
+        /* h and t belong to librdkafka now. */
+        rd_kafka_message_destroy(m);
+        e->msg = NULL;
+        p->predictions_out++;
+        return 0;
+fail:
+        if (h)
+                rd_kafka_headers_destroy(h);
+        free(t);
+        free(json);
+        return r;
+}
+
 /* Produces the predictions of a DONE slot, from where it stopped; releases
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the
  * owner retries with pipeline_produce_pending). Other errors are fatal. */
@@ -379,115 +481,14 @@ static int pipeline_produce_slot(pipeline_t *p, int slot) {
         const engine_topk_t *top = engine_slot_topk(p->engine, slot); /* (n, engine_top_k) */
         int n = batch_slot_count(p->batch, slot);
         uint64_t t_now = pipeline_now_us();
-        errbuf_t err = {};
-        int r;
 
         for (int i = p->slot_produced[slot]; i < n; i++) {
-                batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
-                rd_kafka_message_t *m = e->msg;
-                rd_kafka_headers_t *h;
-                pipeline_ticket_t *t;
-                char *json = NULL;
-                int len;
+                int r = pipeline_produce_one(p, slot, i, top, t_now);
 
-                if (p->refused && p->refused[slot * p->capacity + i]) {
-                        /* Its decode was refused: the engine ran on a
-                         * placeholder; the record goes to the DLQ. */
-                        const decode_job_t *j = &p->jobs[slot * p->capacity + i];
-
-                        r = pipeline_dead_letter(p, m, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg,
-                                                 e->tag);
-                        if (r == -ECANCELED) {
-                                /* The transaction is doomed: dropped, the
-                                 * rewind brings the record back. */
-                                rd_kafka_message_destroy(m);
-                                r = 0;
-                        }
-                        if (r < 0) {
-                                p->slot_produced[slot] = i;
-                                return r;
-                        }
-                        p->refused[slot * p->capacity + i] = false;
-                        e->msg = NULL;
-                        continue;
-                }
-                h = pipeline_source_headers(p, m);
-                t = pipeline_ticket_new(m, false);
-                if (t && engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
-                        t->times = p->times[slot * p->capacity + i];
-                        t->timed = t->timestamp_ms >= 0;
-                }
-                if (h && p->timing_header) {
-                        double stages[RECTIME_STAGES];
-                        char timing[128];
-
-                        rectime_stages(&p->times[slot * p->capacity + i], t_now, stages);
-                        if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
-                                rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
-                }
-                if (!engine_topk_is_finite(top + (size_t)i * p->engine_top_k)) {
-                        /* No prediction: the record goes to the DLQ instead,
-                         * under the offset it was tracked with. */
-                        if (h)
-                                rd_kafka_headers_destroy(h);
-                        free(t);
-                        r = pipeline_dead_letter(p, m, RECORD_ERR_NON_FINITE_OUTPUT,
-                                                 "the model's output for this record is not finite (a NaN or "
-                                                 "infinite logit), so it has no prediction",
-                                                 e->tag);
-                        if (r == -ECANCELED) {
-                                rd_kafka_message_destroy(m);
-                                r = 0;
-                        }
-                        if (r < 0) {
-                                p->slot_produced[slot] = i;
-                                return r;
-                        }
-                        e->msg = NULL;
-                        continue;
-                }
-                len = prediction_format(&json, top + (size_t)i * p->engine_top_k, p->top_k,
-                                        (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
-                if (!h || !t || len < 0) {
-                        r = -ENOMEM;
-                        log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset,
-                                  strerror(ENOMEM));
-                        goto fail;
-                }
-                t->part_id = e->tag;
-                r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h,
-                                  t, &err);
-                free(json);
-                if (r == -ECANCELED) {
-                        /* Exactly-once, the transaction doomed: no output;
-                         * the rewind after the abort brings the record
-                         * back. */
-                        rd_kafka_headers_destroy(h);
-                        free(t);
-                        rd_kafka_message_destroy(m);
-                        e->msg = NULL;
-                        continue;
-                }
                 if (r < 0) {
-                        if (r != -ENOBUFS)
-                                log_error("%s", err.msg);
-                        rd_kafka_headers_destroy(h);
-                        free(t);
                         p->slot_produced[slot] = i;
                         return r;
                 }
-                /* h and t belong to librdkafka now. */
-                rd_kafka_message_destroy(m);
-                e->msg = NULL;
-                p->predictions_out++;
-                continue;
-fail:
-                if (h)
-                        rd_kafka_headers_destroy(h);
-                free(t);
-                free(json);
-                p->slot_produced[slot] = i;
-                return r;
         }
         p->slot_produced[slot] = 0;
         batch_release(p->batch, slot);
@@ -579,7 +580,7 @@ static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
         p->batch_records += (uint64_t)n;
         p->slot_submitted_us[slot] = pipeline_now_us();
         for (int i = 0; i < n; i++)
-                p->times[slot * p->capacity + i].submitted_us = p->slot_submitted_us[slot];
+                p->times[pipeline_pos(p, slot, i)].submitted_us = p->slot_submitted_us[slot];
         metrics_hist_observe(&p->batch_size, n);
         log_debug_f(((log_fields_t){ LOG_BATCH(n) }), "Submitted slot %d", slot);
         return 0;
@@ -717,7 +718,7 @@ int pipeline_reap(pipeline_t *p) {
                 }
                 p->last_progress_us = pipeline_now_us();
                 for (int i = 0; i < batch_slot_count(p->batch, slot); i++)
-                        p->times[slot * p->capacity + i].done_us = p->last_progress_us;
+                        p->times[pipeline_pos(p, slot, i)].done_us = p->last_progress_us;
                 metrics_hist_observe(&p->batch_seconds,
                                      (double)(p->last_progress_us - p->slot_submitted_us[slot]) / 1e6);
                 log_debug_f(((log_fields_t){ LOG_BATCH(batch_slot_count(p->batch, slot)) }), "Slot %d complete",
@@ -827,7 +828,7 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         assert(full >= 0);
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = pipeline_track(p, m);
-        p->times[slot * p->capacity + idx] = (rectime_t){
+        p->times[pipeline_pos(p, slot, idx)] = (rectime_t){
                 .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
                 .taken_us = e->arrived_us,
                 .decoded_us = record_is_encoded(fmt) ? 0 : e->arrived_us,
@@ -836,12 +837,12 @@ static int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 /* A decode thread writes the slot's record, placed as RGB8;
                  * the message (and so its payload) stays in the slot until
                  * it is produced. */
-                decode_job_t *j = &p->jobs[slot * p->capacity + idx];
+                decode_job_t *j = &p->jobs[pipeline_pos(p, slot, idx)];
 
                 dst = engine_slot_place(p->engine, slot, idx, RECORD_RGB8);
                 assert(dst);
                 *j = (decode_job_t){ .data = m->payload, .len = m->len, .format = fmt, .out = dst };
-                p->refused[slot * p->capacity + idx] = false;
+                p->refused[pipeline_pos(p, slot, idx)] = false;
                 r = decode_pool_submit(p->decode, j);
                 assert(r == 0);         /* not full: checked above, on this thread */
                 p->slot_decoding[slot]++;
