@@ -1,0 +1,406 @@
+/* pipeline_produce: the pipeline's outputs. Each record of a completed
+ * slot becomes a prediction to the output topic, or a copy to the DLQ (its
+ * decode refused, its output not finite); a record refused as it is taken
+ * becomes a DLQ copy at once. Here are their headers (the source, the copied
+ * trace context, inferd-timing), their tickets (pipeline.h), the offsets
+ * they are tracked under, and a DLQ copy too large for the broker, produced
+ * again without its value (dlq.h).
+ *
+ * Not here: when a slot is produced (pipeline.c reaps it), the delivery
+ * reports and storing offsets (the daemon). */
+#include "daemon/pipeline_priv.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/dlq.h"
+#include "daemon/log.h"
+#include "core/record.h"
+
+static void pipeline_count_dlq(pipeline_t *p, const char *code) {
+        size_t i;
+
+        p->dlq_out++;
+        for (i = 0; i < p->n_dlq_codes; i++)
+                if (!strcmp(p->dlq_codes[i].label, code)) {
+                        p->dlq_codes[i].n++;
+                        return;
+                }
+        if (i < PIPELINE_DLQ_CODES_MAX) {
+                char *copy = strdup(code);
+
+                if (copy) {
+                        p->dlq_codes[i] = (metrics_count_t){ .label = copy, .n = 1 };
+                        p->n_dlq_codes++;
+                }
+        }
+}
+
+/* The headers copied from an input record to its outputs, as they were:
+ * correlation-id always, the W3C trace context with [service]
+ * trace_headers. */
+static const char *const pipeline_copied_headers[] = { "correlation-id", "traceparent", "tracestate" };
+#define PIPELINE_N_COPIED(p) ((p)->trace_headers ? 3 : 1)
+
+static bool pipeline_is_copied_header(const pipeline_t *p, const char *name) {
+        for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
+                if (!strcmp(name, pipeline_copied_headers[i]))
+                        return true;
+        return false;
+}
+
+static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const rd_kafka_message_t *m) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8), *in = NULL;
+        const void *v;
+        size_t len;
+        char num[32];
+
+        if (!h)
+                return NULL;
+        rd_kafka_header_add(h, "inferd-source-topic", -1, rd_kafka_topic_name(m->rkt), -1);
+        snprintf(num, sizeof(num), "%" PRId32, m->partition);
+        rd_kafka_header_add(h, "inferd-source-partition", -1, num, -1);
+        snprintf(num, sizeof(num), "%" PRId64, m->offset);
+        rd_kafka_header_add(h, "inferd-source-offset", -1, num, -1);
+        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
+                        if (rd_kafka_header_get_last(in, pipeline_copied_headers[i], &v, &len) ==
+                            RD_KAFKA_RESP_ERR_NO_ERROR)
+                                rd_kafka_header_add(h, pipeline_copied_headers[i], -1, v, (ssize_t)len);
+        return h;
+}
+
+pipeline_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dlq) {
+        pipeline_ticket_t *t = calloc(1, sizeof(*t));
+
+        if (t) {
+                t->offset = m->offset;
+                t->partition = m->partition;
+                t->dlq = dlq;
+                t->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
+        }
+        return t;
+}
+
+/* Starts tracking m's offset. Returns the partition id, or 0 when it cannot
+ * be tracked (its delivery then stores nothing). */
+int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m) {
+        int id = batch_offsets_track(p->offsets, rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+
+        if (id > 0)
+                return id;
+        log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
+                                       LOG_OFFSET(m->offset) }),
+                      "Record not tracked for commit (%s): it will be processed but its offset not stored",
+                      strerror(-id));
+        return 0;
+}
+
+/* Produces the cut copy of a DLQ record (dlq.h): key kept, no value, the
+ * headers of full (borrowed, may be NULL) cut, under ticket t. Returns 0
+ * (t is librdkafka's) or kafka_produce's -errno. */
+static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_len, const rd_kafka_headers_t *full,
+                                    size_t value_bytes, pipeline_ticket_t *t, errbuf_t *err) {
+        rd_kafka_headers_t *cut = dlq_headers_cut(full, value_bytes);
+        int r;
+
+        if (!cut)
+                return errbuf_set(err, -ENOMEM, "Out of memory cutting a DLQ copy's headers");
+        /* An empty value, not a null one: a null value is a tombstone
+         * (a delete) on a compacted topic. */
+        r = kafka_produce(p->kafka, p->dlq_topic, key, key_len, "", 0, cut, t, err);
+        if (r < 0) {
+                rd_kafka_headers_destroy(cut);
+                return r;
+        }
+        t->dlq_cut_tries = 1;
+        p->dlq_values_omitted++;
+        return 0;
+}
+
+/* part_id of pipeline_dead_letter: the record is not tracked yet. */
+#define PIPELINE_TRACK_NOW (-1)
+
+/* Sends a refused record to the DLQ with its key, value and headers, plus
+ * inferd-error and inferd-error-detail. part_id is the offset store's id
+ * when the record was already tracked (a batched record refused after the
+ * engine ran), or PIPELINE_TRACK_NOW. Consumes m on success. */
+static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail,
+                                int part_id) {
+        rd_kafka_headers_t *in = NULL, *h;
+        pipeline_ticket_t *t;
+        errbuf_t err = {};
+        bool omitted = false;
+        int r;
+
+        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                h = rd_kafka_headers_copy(in);
+        else
+                h = pipeline_source_headers(p, m);
+        t = pipeline_ticket_new(m, true);
+        if (!h || !t) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        if (in) {
+                /* Copied the original headers: add where it came from. */
+                rd_kafka_headers_t *src = pipeline_source_headers(p, m);
+                size_t i = 0;
+                const char *name;
+                const void *v;
+                size_t len;
+
+                while (src && rd_kafka_header_get_all(src, i++, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                        if (!pipeline_is_copied_header(p, name))        /* already there */
+                                rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
+                if (src)
+                        rd_kafka_headers_destroy(src);
+        }
+        rd_kafka_header_add(h, "inferd-error", -1, code, -1);
+        rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
+        if (m->len >= p->dlq_cut_bytes)
+                r = -EMSGSIZE;  /* the broker refused one this large */
+        else
+                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
+        if (r == -EMSGSIZE) {
+                /* Too large whole: without the value (dlq.h). h stays ours. */
+                r = pipeline_dlq_produce_cut(p, m->key, m->key_len, h, m->len, t, &err);
+                if (r == 0) {
+                        rd_kafka_headers_destroy(h);
+                        omitted = true;
+                }
+        }
+        if (r < 0) {
+                if (r != -ENOBUFS && r != -ECANCELED)
+                        log_error("%s", err.msg);
+                goto fail;
+        }
+        /* h (or its cut copy) and t belong to librdkafka now. */
+        t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, m) : part_id;
+        pipeline_count_dlq(p, code);
+        log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
+                                       LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
+                      "Record refused, sent to '%s'%s: %s", p->dlq_topic,
+                      omitted ? " without its value (too large for the DLQ)" : "", detail);
+        rd_kafka_message_destroy(m);
+        return 0;
+fail:
+        if (h)
+                rd_kafka_headers_destroy(h);
+        free(t);
+        return r;
+}
+
+/* A record refused as it is taken (its type, or its age): its DLQ copy, and
+ * the same returns as pipeline_take's. */
+int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
+        int r = pipeline_dead_letter(p, m, code, detail, PIPELINE_TRACK_NOW);
+
+        if (r == -ENOBUFS)
+                return r;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: not tracked, so it
+                 * comes again after the rewind. */
+                rd_kafka_message_destroy(m);
+                return 0;
+        }
+        if (r < 0) {
+                /* Tracked and never done: no later offset of its
+                 * partition is stored, so it is redelivered. */
+                pipeline_track(p, m);
+                rd_kafka_message_destroy(m);
+                pipeline_fail(p, 1);
+                return 0;
+        }
+        p->records_in++;
+        return 0;
+}
+
+/* A record of a DONE slot that gets no prediction (its decode was refused,
+ * or its output is not finite) goes to the DLQ under the offset it was
+ * tracked with; with exactly-once and the transaction doomed, it is dropped
+ * instead (the rewind after the abort brings it back). Returns 0 when the
+ * record has left the slot, else pipeline_dead_letter's -errno (it stays). */
+static int pipeline_produce_dead(pipeline_t *p, batch_entry_t *e, const char *code, const char *detail) {
+        int r = pipeline_dead_letter(p, e->msg, code, detail, e->tag);
+
+        if (r == -ECANCELED) {
+                rd_kafka_message_destroy(e->msg);
+                r = 0;
+        }
+        if (r == 0)
+                e->msg = NULL;
+        return r;
+}
+
+/* Produces position i of a DONE slot: its prediction (top: the slot's
+ * results, (n, engine_top_k)), or its DLQ copy. t_now is when the slot's
+ * results are produced. Returns 0 when the record has left the slot,
+ * -ENOBUFS when the producer's queue is full (it stays, to be retried),
+ * other -errno (fatal; it stays). */
+static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_topk_t *top, uint64_t t_now) {
+        batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
+        const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
+        size_t pos = pipeline_pos(p, slot, i);
+        rd_kafka_message_t *m = e->msg;
+        rd_kafka_headers_t *h;
+        pipeline_ticket_t *t;
+        errbuf_t err = {};
+        char *json = NULL;
+        int len, r;
+
+        if (p->refused && p->refused[pos]) {
+                /* Its decode was refused: the engine ran on a placeholder. */
+                const decode_job_t *j = &p->jobs[pos];
+
+                r = pipeline_produce_dead(p, e, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg);
+                if (r == 0)
+                        p->refused[pos] = false;
+                return r;
+        }
+        if (!engine_topk_is_finite(scores))
+                return pipeline_produce_dead(p, e, RECORD_ERR_NON_FINITE_OUTPUT,
+                                             "the model's output for this record is not finite (a NaN or "
+                                             "infinite logit), so it has no prediction");
+        h = pipeline_source_headers(p, m);
+        t = pipeline_ticket_new(m, false);
+        if (t) {
+                t->times = p->times[pos];
+                t->timed = t->timestamp_ms >= 0;
+        }
+        if (h && p->timing_header) {
+                double stages[RECTIME_STAGES];
+                char timing[128];
+
+                rectime_stages(&p->times[pos], t_now, stages);
+                if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
+                        rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
+        }
+        len = prediction_format(&json, scores, p->top_k, (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
+        if (!h || !t || len < 0) {
+                r = -ENOMEM;
+                log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset, strerror(ENOMEM));
+                goto fail;
+        }
+        t->part_id = e->tag;
+        r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h, t, &err);
+        free(json);
+        json = NULL;
+        if (r == -ECANCELED) {
+                /* Exactly-once, the transaction doomed: no output; the
+                 * rewind after the abort brings the record back. */
+                rd_kafka_headers_destroy(h);
+                free(t);
+                rd_kafka_message_destroy(m);
+                e->msg = NULL;
+                return 0;
+        }
+        if (r < 0) {
+                if (r != -ENOBUFS)
+                        log_error("%s", err.msg);
+                goto fail;
+        }
+        /* h and t belong to librdkafka now. */
+        rd_kafka_message_destroy(m);
+        e->msg = NULL;
+        p->predictions_out++;
+        return 0;
+fail:
+        if (h)
+                rd_kafka_headers_destroy(h);
+        free(t);
+        free(json);
+        return r;
+}
+
+/* Produces the predictions of a DONE slot, from where it stopped; releases
+ * the slot when all are out. -ENOBUFS: the producer's queue is full (the
+ * owner retries with pipeline_produce_pending). Other errors are fatal. */
+int pipeline_produce_slot(pipeline_t *p, int slot) {
+        const engine_topk_t *top = engine_slot_topk(p->engine, slot); /* (n, engine_top_k) */
+        int n = batch_slot_count(p->batch, slot);
+        uint64_t t_now = pipeline_now_us();
+
+        for (int i = p->slot_produced[slot]; i < n; i++) {
+                int r = pipeline_produce_one(p, slot, i, top, t_now);
+
+                if (r < 0) {
+                        p->slot_produced[slot] = i;
+                        return r;
+                }
+        }
+        p->slot_produced[slot] = 0;
+        batch_release(p->batch, slot);
+        return 0;
+}
+
+/* Retries every DONE slot. Returns -ENOBUFS while the producer is full. */
+int pipeline_produce_pending(pipeline_t *p) {
+        for (int s = 0; s < batch_depth(p->batch); s++) {
+                int r;
+
+                if (batch_slot_state(p->batch, s) != BATCH_SLOT_DONE)
+                        continue;
+                r = pipeline_produce_slot(p, s);
+                if (r == -ENOBUFS)
+                        return r;
+                if (r < 0) {
+                        pipeline_fail(p, 1);
+                        return r;
+                }
+        }
+        return 0;
+}
+
+int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
+        pipeline_ticket_t *t = m->_private;
+        rd_kafka_headers_t *in = NULL;
+        errbuf_t err = {};
+        int r;
+
+        if (!t || !t->dlq || m->err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                return -EINVAL;
+        if (kafka_transactional(p->kafka)) {
+                if (m->len > 0 && m->len < p->dlq_cut_bytes)
+                        p->dlq_cut_bytes = m->len;
+                return -ECANCELED;
+        }
+        if (rd_kafka_message_headers(m, &in) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                in = NULL;
+        if (t->dlq_cut_tries > 0) {
+                /* Already cut: refused with a larger copy batched beside it
+                 * (the broker refuses the whole batch), or too large even
+                 * so. Once more, as it is; then it stops the daemon. */
+                rd_kafka_headers_t *again = in ? rd_kafka_headers_copy(in) : NULL;
+
+                if (t->dlq_cut_tries > 1 || !again) {
+                        if (again)
+                                rd_kafka_headers_destroy(again);
+                        return -EMSGSIZE;
+                }
+                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, again, t, &err);
+                if (r < 0) {
+                        rd_kafka_headers_destroy(again);
+                        log_error("%s", err.msg);
+                        return r;
+                }
+                t->dlq_cut_tries++;
+                return 0;
+        }
+        if (m->len < p->dlq_cut_bytes)
+                p->dlq_cut_bytes = m->len;
+        r = pipeline_dlq_produce_cut(p, m->key, m->key_len, in, m->len, t, &err);
+        if (r < 0) {
+                log_error("%s", err.msg);
+                return r;
+        }
+        /* t is librdkafka's again. */
+        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
+                      "The broker refused a DLQ copy of %zu bytes as too large for '%s': sent again without its "
+                      "value; copies of %zu bytes or more go without it from now on",
+                      m->len, p->dlq_topic, p->dlq_cut_bytes);
+        return 0;
+}
