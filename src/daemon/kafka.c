@@ -56,7 +56,6 @@ struct kafka {
         kafka_part_t *parts;
         size_t n_parts, cap_parts;
         metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
-        int error_codes[KAFKA_ERROR_KINDS_MAX];
         uint64_t error_logged_us[KAFKA_ERROR_KINDS_MAX];        /* last line logged; 0 = never */
         uint64_t error_unlogged[KAFKA_ERROR_KINDS_MAX];         /* since that line */
         size_t n_errors;
@@ -144,34 +143,21 @@ static uint64_t kafka_now_us(void) {
 
 /* Counts an error under its librdkafka name, lower-cased and without the
  * leading '_' of client-side errors ("_TRANSPORT" -> "transport"); TLS and
- * SASL failures as "tls" and "auth". Returns its index in k->errors, or -1
- * when it could not be counted. */
+ * SASL failures as "tls" and "auth" (two codes are "auth": one series).
+ * Returns its index in k->errors, or -1 when it could not be counted. */
 static int kafka_count_error(kafka_t *k, int err) {
-        const char *name;
-        char *label;
+        const char *name = kafka_auth_kind(err) ? kafka_auth_kind(err) : rd_kafka_err2name(err);
+        char label[64];
         size_t i;
+        int r;
 
-        for (i = 0; i < k->n_errors; i++)
-                if (k->error_codes[i] == err) {
-                        k->errors[i].n++;
-                        return (int)i;
-                }
-        if (i == KAFKA_ERROR_KINDS_MAX)
-                return -1;
-        name = kafka_auth_kind(err) ? kafka_auth_kind(err) : rd_kafka_err2name(err);
         while (*name == '_')
                 name++;
-        label = strdup(name);
-        if (!label)
-                return -1;
-        for (char *c = label; *c; c++)
-                *c = (char)tolower((unsigned char)*c);
-        k->error_codes[i] = err;
-        k->errors[i] = (metrics_count_t){ .label = label, .n = 1 };
-        k->error_logged_us[i] = 0;
-        k->error_unlogged[i] = 0;
-        k->n_errors++;
-        return (int)i;
+        for (i = 0; name[i] && i < sizeof(label) - 1; i++)
+                label[i] = (char)tolower((unsigned char)name[i]);
+        label[i] = '\0';
+        r = metrics_count_add(k->errors, &k->n_errors, KAFKA_ERROR_KINDS_MAX, label);
+        return r < 0 ? -1 : r;
 }
 
 /* Whether err says the cluster refused who we are (SASL, SSL, ACLs). */

@@ -17,6 +17,27 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+/* --- labelled counters ------------------------------------------------------ */
+
+int metrics_count_add(metrics_count_t *counts, size_t *n, size_t max, const char *label) {
+        char *copy;
+        size_t i;
+
+        for (i = 0; i < *n; i++)
+                if (!strcmp(counts[i].label, label)) {
+                        counts[i].n++;
+                        return (int)i;
+                }
+        if (i >= max)
+                return -ENOSPC;
+        copy = strdup(label);
+        if (!copy)
+                return -ENOMEM;
+        counts[i] = (metrics_count_t){ .label = copy, .n = 1 };
+        (*n)++;
+        return (int)i;
+}
+
 /* --- histograms ----------------------------------------------------------- */
 
 static const double metrics_batch_size_bounds[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 };

@@ -53,6 +53,12 @@ typedef struct metrics_count {
         uint64_t n;
 } metrics_count_t;
 
+/* Adds one to the counter of label among counts[0..*n), or, for a label not
+ * there yet, appends it with n = 1 and a copy of label (malloc'd: the
+ * caller frees the labels it did not put there itself) while *n < max.
+ * Returns its index, -ENOSPC when the table is full, or -ENOMEM. */
+int metrics_count_add(metrics_count_t *counts, size_t *n, size_t max, const char *label);
+
 typedef struct metrics_lag {
         const char *topic;              /* borrowed */
         int32_t partition;

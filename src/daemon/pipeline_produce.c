@@ -21,22 +21,10 @@
 #include "core/record.h"
 
 static void pipeline_count_dlq(pipeline_t *p, const char *code) {
-        size_t i;
-
         p->dlq_out++;
-        for (i = 0; i < p->n_dlq_codes; i++)
-                if (!strcmp(p->dlq_codes[i].label, code)) {
-                        p->dlq_codes[i].n++;
-                        return;
-                }
-        if (i < PIPELINE_DLQ_CODES_MAX) {
-                char *copy = strdup(code);
-
-                if (copy) {
-                        p->dlq_codes[i] = (metrics_count_t){ .label = copy, .n = 1 };
-                        p->n_dlq_codes++;
-                }
-        }
+        /* A code beyond the table's room (or out of memory) goes uncounted by
+         * name; dlq_out has it. */
+        (void)metrics_count_add(p->dlq_codes, &p->n_dlq_codes, PIPELINE_DLQ_CODES_MAX, code);
 }
 
 /* The headers copied from an input record to its outputs, as they were:

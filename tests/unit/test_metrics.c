@@ -1,7 +1,9 @@
 /* Unit tests of metrics_: histogram buckets (upper bounds inclusive, as
  * Prometheus' le means), the exposition of a snapshot (every family named,
  * cumulative buckets, escaped labels, the GPU series only with a device,
- * the plan's device terms summing to its total), and /proc/self. */
+ * the plan's device terms summing to its total), /proc/self, and the
+ * labelled counters (metrics_count_add). */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,11 +165,36 @@ static void test_metrics_process_sample(void) {
                 CU_ASSERT_EQUAL((int)p.open_fds, fds - 1);
 }
 
+/* The labelled counters of the pipeline (DLQ codes) and of kafka (error
+ * kinds): one series a label, however often it comes and whoever added the
+ * first; labels beyond the table's room are refused, not written past it. */
+static void test_metrics_count_add(void) {
+        metrics_count_t c[3] = { { .label = "static", .n = 0 } };
+        size_t n = 1;
+
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "static"), 0);
+        CU_ASSERT_EQUAL(c[0].n, 1);
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "auth"), 1);
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "auth"), 1);
+        CU_ASSERT_EQUAL(n, 2);
+        CU_ASSERT_STRING_EQUAL(c[1].label, "auth");
+        CU_ASSERT_EQUAL(c[1].n, 2);
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "tls"), 2);
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "transport"), -ENOSPC);
+        CU_ASSERT_EQUAL(n, 3);
+        CU_ASSERT_EQUAL(metrics_count_add(c, &n, 3, "tls"), 2);
+        CU_ASSERT_EQUAL(c[2].n, 2);
+        CU_ASSERT_EQUAL(c[0].n, 1);
+        for (size_t i = 1; i < n; i++)
+                free((char *)c[i].label);
+}
+
 int test_metrics_register(void) {
         static CU_TestInfo tests[] = {
                 { "hist_buckets_inclusive", test_metrics_hist_buckets_inclusive },
                 { "format_snapshot", test_metrics_format_snapshot },
                 { "process_sample", test_metrics_process_sample },
+                { "count_add", test_metrics_count_add },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("metrics", tests);
