@@ -898,14 +898,33 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
         return 0;
 }
 
-/* Retries a retriable failure of call() a few times (each call waits up to
- * timeout_ms itself). */
+/* How often a retriable failure of a commit's step is tried again. */
 #define KAFKA_TXN_RETRIES 5
+
+/* One step of kafka_txn_commit, tried up to KAFKA_TXN_RETRIES times while it
+ * fails retriably (each try waits up to timeout_ms itself): with md, the
+ * offsets are sent to the transaction; without, it is committed. Returns 0,
+ * or kafka_txn_error's -errno for the last failure (what names the step). */
+static int kafka_txn_step(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
+                          const rd_kafka_consumer_group_metadata_t *md, int timeout_ms, const char *what,
+                          errbuf_t *err) {
+        for (int i = 1;; i++) {
+                rd_kafka_error_t *e = md ? rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, timeout_ms)
+                                         : rd_kafka_commit_transaction(k->producer, timeout_ms);
+
+                if (!e)
+                        return 0;
+                if (i == KAFKA_TXN_RETRIES || !rd_kafka_error_is_retriable(e) ||
+                    rd_kafka_error_txn_requires_abort(e))
+                        return kafka_txn_error(e, what, err);
+                log_warning("Could not %s yet: %s; retrying", what, rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+        }
+}
 
 int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
         rd_kafka_consumer_group_metadata_t *md;
-        rd_kafka_error_t *e = NULL;
-        int i, r;
+        int r;
 
         assert(k->transactional);
         if (!k->txn_open && (!offsets || offsets->cnt == 0))
@@ -919,28 +938,14 @@ int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
                 md = rd_kafka_consumer_group_metadata(k->consumer);
                 if (!md)
                         return errbuf_set(err, -EIO, "Failed to send offsets: no consumer group metadata");
-                for (i = 0; i < KAFKA_TXN_RETRIES; i++) {
-                        e = rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, timeout_ms);
-                        if (!e || !rd_kafka_error_is_retriable(e) || rd_kafka_error_txn_requires_abort(e))
-                                break;
-                        log_warning("Sending offsets to the transaction: %s; retrying", rd_kafka_error_string(e));
-                        rd_kafka_error_destroy(e);
-                        e = NULL;
-                }
+                r = kafka_txn_step(k, offsets, md, timeout_ms, "send the offsets to the transaction", err);
                 rd_kafka_consumer_group_metadata_destroy(md);
-                if (e)
-                        return kafka_txn_error(e, "send the offsets to the transaction", err);
+                if (r < 0)
+                        return r;
         }
-        for (i = 0; i < KAFKA_TXN_RETRIES; i++) {
-                e = rd_kafka_commit_transaction(k->producer, timeout_ms);
-                if (!e || !rd_kafka_error_is_retriable(e) || rd_kafka_error_txn_requires_abort(e))
-                        break;
-                log_warning("Committing the transaction: %s; retrying", rd_kafka_error_string(e));
-                rd_kafka_error_destroy(e);
-                e = NULL;
-        }
-        if (e)
-                return kafka_txn_error(e, "commit the transaction", err);
+        r = kafka_txn_step(k, NULL, NULL, timeout_ms, "commit the transaction", err);
+        if (r < 0)
+                return r;
         k->txn_open = false;
         k->txn_failed = false;
         return 0;

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
 #include "daemon/kafka.h"
 #include "unit.h"
 #include <time.h>
@@ -157,6 +160,54 @@ static void test_kafka_broker_down_logged_once(void) {
         cfg_free(c);
 }
 
+/* Exactly-once, a commit that keeps timing out (librdkafka's retriable
+ * error: a broker answering after 5 s, each attempt waiting 200 ms): after
+ * its few retries kafka_txn_commit says -EAGAIN, and the transaction stays
+ * open (a call once the broker answers resumes it). It used to take the
+ * last retriable failure for a success, so the caller went on as if the
+ * transaction were committed. The mock cluster is librdkafka's own. */
+static void test_kafka_txn_commit_retries_fail(void) {
+        static const kafka_callbacks_t cb = {};
+        rd_kafka_conf_t *mconf = rd_kafka_conf_new();
+        rd_kafka_mock_cluster_t *mc;
+        rd_kafka_t *mrk;
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        char why[256];
+        int r;
+
+        mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, why, sizeof(why));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(mrk);
+        mc = rd_kafka_mock_cluster_new(mrk, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(mc);
+        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(mc, "t", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", rd_kafka_mock_cluster_bootstraps(mc));
+        c->kafka.delivery = CFG_DELIVERY_EXACTLY_ONCE;
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
+        r = kafka_txn_init(k, 5000, 10000, &err);
+        CU_ASSERT_EQUAL_FATAL(r, 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_produce(k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
+        CU_ASSERT_FATAL(kafka_txn_is_open(k));
+        rd_kafka_mock_broker_set_rtt(mc, 1, 5000);
+        r = kafka_txn_commit(k, NULL, 200, &err);
+        CU_ASSERT_EQUAL(r, -EAGAIN);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Failed to commit the transaction: "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(retriable)"));
+        CU_ASSERT(kafka_txn_is_open(k));
+        /* Called again once the broker answers, the commit resumes. */
+        rd_kafka_mock_broker_set_rtt(mc, 1, 0);
+        CU_ASSERT_EQUAL(kafka_txn_commit(k, NULL, 10000, &err), 0);
+        CU_ASSERT(!kafka_txn_is_open(k));
+        kafka_free(k);
+        cfg_free(c);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(mrk);
+}
+
 int test_kafka_register(void) {
         static CU_TestInfo tests[] = {
                 { "limits_within_budget", test_kafka_limits_within_budget },
@@ -164,6 +215,7 @@ int test_kafka_register(void) {
                 { "producer_queue_capped", test_kafka_producer_queue_capped },
                 { "txn_init_bounded", test_kafka_txn_init_bounded },
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
+                { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("kafka", tests);
