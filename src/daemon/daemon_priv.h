@@ -30,7 +30,7 @@
 #include "decode/pool.h"
 #include "engine/engine.h"
 
-#define DAEMON_TXN_TIMEOUT_MS 30000
+#define DAEMON_TXN_TIMEOUT_MS KAFKA_TXN_TIMEOUT_MS   /* the rewind waits as long (kafka.h) */
 /* init_transactions retries a coordinator that does not answer for this
  * long, then the daemon stops and says why: within the start-up extension
  * (DAEMON_START_EXTEND_US) sent before it, so that the reason reaches the

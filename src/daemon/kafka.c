@@ -1,7 +1,9 @@
 /* kafka: librdkafka consumer and producer for the daemon's event loop.
  * See kafka.h. It logs librdkafka's own lines and errors (it is part of the
- * daemon layer), but decides nothing about records, batches or offsets. */
-#include "daemon/kafka.h"
+ * daemon layer), but decides nothing about records, batches or offsets.
+ * Exactly-once's transactions and rewind are in kafka_txn.c; the struct
+ * they share in kafka_priv.h. */
+#include "daemon/kafka_priv.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -15,59 +17,13 @@
 
 #include <jansson.h>
 
-#include "daemon/kafka_auth.h"
 #include "daemon/log.h"
 
-/* The metrics' view of the input topic's partitions: one entry per
- * partition seen assigned, kept (unassigned) after a revoke so that the
- * array never shrinks while the loop runs. */
-typedef struct kafka_part {
-        int32_t partition;
-        bool assigned;
-        int64_t lag_records;            /* from the last statistics; -1 = not known yet */
-        int64_t last_taken_ts_ms;       /* the Kafka timestamp of the last record consumed; -1 = none */
-} kafka_part_t;
-
-#define KAFKA_ERROR_KINDS_MAX 32
 /* A broker that stays down fails every reconnection (librdkafka backs off
  * from 100 ms to 10 s): each kind of error is logged at most once in this
  * interval, and the next line says how many were not. */
 #define KAFKA_ERROR_LOG_INTERVAL_US (60ULL * 1000 * 1000)
 #define KAFKA_STATS_INTERVAL_MS "1000"
-
-struct kafka {
-        rd_kafka_t *consumer;
-        rd_kafka_t *producer;
-        rd_kafka_queue_t *consumer_q;   /* the consumer queue; the main queue is forwarded to it */
-        rd_kafka_queue_t *producer_q;   /* the producer's main queue */
-        int consumer_fd;                /* eventfd: the consumer queue became non-empty */
-        int producer_fd;                /* eventfd: the producer queue became non-empty */
-        const cfg_t *cfg;               /* borrowed, for the topic names */
-        kafka_callbacks_t cb;
-        void *userdata;
-        bool paused;
-        bool closed;
-        bool transactional;             /* [kafka] delivery = exactly-once */
-        bool txn_open;                  /* a transaction was begun and not yet ended */
-        bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
-                                         * it can only be aborted; its unsent outputs wait for the abort */
-
-        /* For the metrics (kafka_get_lag, kafka_get_errors). */
-        kafka_part_t *parts;
-        size_t n_parts, cap_parts;
-        metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
-        uint64_t error_logged_us[KAFKA_ERROR_KINDS_MAX];        /* last line logged; 0 = never */
-        uint64_t error_unlogged[KAFKA_ERROR_KINDS_MAX];         /* since that line */
-        size_t n_errors;
-        kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
-
-        /* For /readyz (kafka_get_health): set by the errors that say so,
-         * cleared by the events that prove otherwise. */
-        bool brokers_down;              /* ALL_BROKERS_DOWN, until a broker is UP again (statistics) */
-        bool auth_failed;               /* authentication or authorization refused, until a record flows */
-        int64_t rx_msgs;                /* the consumer's rxmsgs (records fetched from the brokers) at its
-                                         * last statistics; -1 before them. Logged when leaving the group */
-};
 
 /* librdkafka writes this 8-byte payload to the eventfd (eventfd writes are
  * always 8 bytes: a counter increment of 1). */
@@ -808,191 +764,5 @@ int kafka_close(kafka_t *k, errbuf_t *err) {
         re = rd_kafka_consumer_close(k->consumer);
         if (re)
                 return errbuf_set(err, -EIO, "Failed to leave the consumer group: %s", rd_kafka_err2str(re));
-        return 0;
-}
-
-/* --- transactions (exactly-once) --------------------------------------------- */
-
-bool kafka_transactional(const kafka_t *k) {
-        return k->transactional;
-}
-
-bool kafka_txn_is_open(const kafka_t *k) {
-        return k->txn_open;
-}
-
-bool kafka_txn_failed(const kafka_t *k) {
-        return k->txn_failed;
-}
-
-/* Sorts a failed transactional call into the classes librdkafka defines and
- * fills err. Takes e (destroys it). */
-static int kafka_txn_error(rd_kafka_error_t *e, const char *what, errbuf_t *err) {
-        int r;
-
-        if (rd_kafka_error_is_fatal(e) || rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED ||
-            rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-            rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)
-                r = -EPERM;
-        else if (rd_kafka_error_txn_requires_abort(e))
-                r = -ECANCELED;
-        else if (rd_kafka_error_is_retriable(e))
-                r = -EAGAIN;
-        else
-                r = -EIO;
-        errbuf_set(err, r, "Failed to %s: %s (%s)", what, rd_kafka_error_string(e),
-                   r == -EPERM ? "fatal" : r == -ECANCELED ? "abortable" : r == -EAGAIN ? "retriable" : "other");
-        rd_kafka_error_destroy(e);
-        return r;
-}
-
-int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err) {
-        struct timespec ts;
-        int64_t now_ms, deadline_ms;
-        rd_kafka_error_t *e;
-        char last[256];
-        int attempts = 0;
-
-        if (!k->transactional)
-                return 0;
-        assert(timeout_ms > 0 && total_ms > 0);
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        deadline_ms = now_ms + total_ms;
-        for (;;) {
-                int wait_ms = deadline_ms - now_ms < timeout_ms ? (int)(deadline_ms - now_ms) : timeout_ms;
-
-                e = rd_kafka_init_transactions(k->producer, wait_ms);
-                attempts++;
-                if (!e)
-                        return 0;
-                /* A coordinator still loading, or a previous incarnation's
-                 * transaction being aborted: retriable, until total_ms. */
-                if (!rd_kafka_error_is_retriable(e) || rd_kafka_error_is_fatal(e))
-                        return kafka_txn_error(e, "initialise transactions", err);
-                snprintf(last, sizeof(last), "%s", rd_kafka_error_string(e));
-                rd_kafka_error_destroy(e);
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-                if (now_ms >= deadline_ms)
-                        return errbuf_set(err, -ETIMEDOUT,
-                                          "Failed to initialise transactions: no transaction coordinator accepted "
-                                          "this producer within %.1f s (%d attempt%s, the last failing with \"%s\"); "
-                                          "check that [kafka] brokers are reachable and that the cluster can host "
-                                          "its transaction state log (transaction.state.log.replication.factor and "
-                                          "min.isr at most its brokers)",
-                                          (double)total_ms / 1000.0, attempts, attempts == 1 ? "" : "s", last);
-                log_info("Initialising transactions: %s; retrying", last);
-        }
-}
-
-int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
-        rd_kafka_error_t *e;
-
-        assert(k->transactional && !k->txn_open);
-        e = rd_kafka_begin_transaction(k->producer);
-        if (e)
-                return kafka_txn_error(e, "begin a transaction", err);
-        k->txn_open = true;
-        k->txn_failed = false;
-        return 0;
-}
-
-/* How often a retriable failure of a commit's step is tried again. */
-#define KAFKA_TXN_RETRIES 5
-
-/* One step of kafka_txn_commit, tried up to KAFKA_TXN_RETRIES times while it
- * fails retriably (each try waits up to timeout_ms itself): with md, the
- * offsets are sent to the transaction; without, it is committed. Returns 0,
- * or kafka_txn_error's -errno for the last failure (what names the step). */
-static int kafka_txn_step(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
-                          const rd_kafka_consumer_group_metadata_t *md, int timeout_ms, const char *what,
-                          errbuf_t *err) {
-        for (int i = 1;; i++) {
-                rd_kafka_error_t *e = md ? rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, timeout_ms)
-                                         : rd_kafka_commit_transaction(k->producer, timeout_ms);
-
-                if (!e)
-                        return 0;
-                if (i == KAFKA_TXN_RETRIES || !rd_kafka_error_is_retriable(e) ||
-                    rd_kafka_error_txn_requires_abort(e))
-                        return kafka_txn_error(e, what, err);
-                log_warning("Could not %s yet: %s; retrying", what, rd_kafka_error_string(e));
-                rd_kafka_error_destroy(e);
-        }
-}
-
-int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
-        rd_kafka_consumer_group_metadata_t *md;
-        int r;
-
-        assert(k->transactional);
-        if (!k->txn_open && (!offsets || offsets->cnt == 0))
-                return 0;
-        if (!k->txn_open && (r = kafka_txn_begin(k, err)) < 0)
-                return r;
-        if (offsets && offsets->cnt > 0) {
-                /* The consumer's group metadata (member id, generation)
-                 * lets the coordinator refuse the offsets of a member the
-                 * group has moved on from: a zombie's transaction fails. */
-                md = rd_kafka_consumer_group_metadata(k->consumer);
-                if (!md)
-                        return errbuf_set(err, -EIO, "Failed to send offsets: no consumer group metadata");
-                r = kafka_txn_step(k, offsets, md, timeout_ms, "send the offsets to the transaction", err);
-                rd_kafka_consumer_group_metadata_destroy(md);
-                if (r < 0)
-                        return r;
-        }
-        r = kafka_txn_step(k, NULL, NULL, timeout_ms, "commit the transaction", err);
-        if (r < 0)
-                return r;
-        k->txn_open = false;
-        k->txn_failed = false;
-        return 0;
-}
-
-int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
-        rd_kafka_error_t *e;
-
-        assert(k->transactional);
-        if (!k->txn_open)
-                return 0;
-        e = rd_kafka_abort_transaction(k->producer, timeout_ms);
-        if (e)
-                return kafka_txn_error(e, "abort the transaction", err);
-        k->txn_open = false;
-        k->txn_failed = false;
-        return 0;
-}
-
-int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
-        rd_kafka_topic_partition_list_t *parts = NULL;
-        rd_kafka_error_t *e;
-        rd_kafka_resp_err_t re;
-
-        re = rd_kafka_assignment(k->consumer, &parts);
-        if (re)
-                return errbuf_set(err, -EIO, "Failed to read the assignment: %s", rd_kafka_err2str(re));
-        if (parts->cnt > 0) {
-                re = rd_kafka_committed(k->consumer, parts, 30000);
-                if (re) {
-                        rd_kafka_topic_partition_list_destroy(parts);
-                        return errbuf_set(err, -EIO, "Failed to read the committed offsets: %s",
-                                          rd_kafka_err2str(re));
-                }
-                for (int i = 0; i < parts->cnt; i++)
-                        if (parts->elems[i].offset < 0)
-                                parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
-                /* A seek also drops what was fetched beyond it. */
-                e = rd_kafka_seek_partitions(k->consumer, parts, 30000);
-                if (e) {
-                        errbuf_set(err, -EIO, "Failed to rewind to the committed offsets: %s",
-                                   rd_kafka_error_string(e));
-                        rd_kafka_error_destroy(e);
-                        rd_kafka_topic_partition_list_destroy(parts);
-                        return -EIO;
-                }
-        }
-        *ret = parts;
         return 0;
 }

@@ -173,6 +173,11 @@ const char *kafka_get_auth_error(const kafka_t *k);
  *   -ECANCELED  abortable: call kafka_txn_abort, kafka_rewind, redo;
  *   -EPERM      fatal or fenced: the producer cannot go on (exit);
  *   -EIO        anything else. */
+/* How long one transactional call (init, commit, abort, sending the
+ * offsets) and each of the rewind's reads of the brokers may wait. The
+ * daemon passes it to the txn calls (DAEMON_TXN_TIMEOUT_MS is this). */
+#define KAFKA_TXN_TIMEOUT_MS 30000
+
 bool kafka_transactional(const kafka_t *k);
 bool kafka_txn_is_open(const kafka_t *k);
 /* librdkafka failed the open transaction (an abortable error, such as a

@@ -1,0 +1,57 @@
+/* kafka_priv: the kafka module's own header, shared by kafka.c (the handles,
+ * their callbacks, consuming and producing, the metrics' view) and
+ * kafka_txn.c (exactly-once: the transactions and the rewind). Nothing else
+ * includes it; the interface is kafka.h. */
+#ifndef INFERD_KAFKA_PRIV_H
+#define INFERD_KAFKA_PRIV_H
+
+#include "daemon/kafka.h"
+#include "daemon/kafka_auth.h"
+
+/* The metrics' view of the input topic's partitions: one entry per
+ * partition seen assigned, kept (unassigned) after a revoke so that the
+ * array never shrinks while the loop runs. */
+typedef struct kafka_part {
+        int32_t partition;
+        bool assigned;
+        int64_t lag_records;            /* from the last statistics; -1 = not known yet */
+        int64_t last_taken_ts_ms;       /* the Kafka timestamp of the last record consumed; -1 = none */
+} kafka_part_t;
+
+#define KAFKA_ERROR_KINDS_MAX 32
+
+struct kafka {
+        rd_kafka_t *consumer;
+        rd_kafka_t *producer;
+        rd_kafka_queue_t *consumer_q;   /* the consumer queue; the main queue is forwarded to it */
+        rd_kafka_queue_t *producer_q;   /* the producer's main queue */
+        int consumer_fd;                /* eventfd: the consumer queue became non-empty */
+        int producer_fd;                /* eventfd: the producer queue became non-empty */
+        const cfg_t *cfg;               /* borrowed, for the topic names */
+        kafka_callbacks_t cb;
+        void *userdata;
+        bool paused;
+        bool closed;
+        bool transactional;             /* [kafka] delivery = exactly-once */
+        bool txn_open;                  /* a transaction was begun and not yet ended */
+        bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
+                                         * it can only be aborted; its unsent outputs wait for the abort */
+
+        /* For the metrics (kafka_get_lag, kafka_get_errors). */
+        kafka_part_t *parts;
+        size_t n_parts, cap_parts;
+        metrics_count_t errors[KAFKA_ERROR_KINDS_MAX];  /* labels owned */
+        uint64_t error_logged_us[KAFKA_ERROR_KINDS_MAX];        /* last line logged; 0 = never */
+        uint64_t error_unlogged[KAFKA_ERROR_KINDS_MAX];         /* since that line */
+        size_t n_errors;
+        kafka_auth_t auth;              /* TLS and SASL failures, for the log and /healthz */
+
+        /* For /readyz (kafka_get_health): set by the errors that say so,
+         * cleared by the events that prove otherwise. */
+        bool brokers_down;              /* ALL_BROKERS_DOWN, until a broker is UP again (statistics) */
+        bool auth_failed;               /* authentication or authorization refused, until a record flows */
+        int64_t rx_msgs;                /* the consumer's rxmsgs (records fetched from the brokers) at its
+                                         * last statistics; -1 before them. Logged when leaving the group */
+};
+
+#endif
