@@ -73,10 +73,6 @@ int log_get_level(void) {
         return log_state.level;
 }
 
-bool log_to_journal(void) {
-        return log_state.journal;
-}
-
 void log_set_stream(FILE *f) {
         log_state.stream = f;
 }

@@ -55,9 +55,6 @@ int log_get_level(void);
 /* True when JOURNAL_STREAM names the same device:inode as fd. */
 bool log_fd_is_journal_stream(int fd);
 
-/* Whether stderr is the journal under the current setup. */
-bool log_to_journal(void);
-
 /* Plain lines go to f instead of stderr (NULL restores stderr); for tests. */
 void log_set_stream(FILE *f);
 

@@ -282,11 +282,6 @@ int engine_slot_has_room(const engine_t *e, int slot) {
         return e->packs[slot].max_rows == 0 || pack_has_room(&e->packs[slot]);
 }
 
-const void *engine_slot_record(engine_t *e, int slot, int i) {
-        assert(slot >= 0 && slot < e->plan.pipeline_depth && i >= 0 && i < e->packs[slot].rows);
-        return (const char *)e->ops->slot_input(e, slot) + e->offsets[(size_t)slot * e->plan.max_batch + i];
-}
-
 uint64_t engine_slot_input_bytes(const engine_t *e, int slot, int n) {
         size_t last = (size_t)slot * e->plan.max_batch + n - 1;
 

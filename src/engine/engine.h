@@ -191,9 +191,8 @@ void *engine_slot_place(engine_t *e, int slot, int i, record_format_t f);
  * is false. */
 int engine_slot_has_room(const engine_t *e, int slot);
 
-/* Where record i of slot was placed, and the packed bytes of its first n
- * records (what the CUDA engine copies to the device). For the backends. */
-const void *engine_slot_record(engine_t *e, int slot, int i);
+/* The packed bytes of slot's first n records (what the CUDA engine copies
+ * to the device). For the backends. */
 uint64_t engine_slot_input_bytes(const engine_t *e, int slot, int n);
 
 /* Starts the batch of the first n records placed in slot (1 <= n <=
