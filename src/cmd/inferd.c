@@ -197,66 +197,45 @@ static void block_signals_everywhere(char **argv) {
         log_warning("Failed to re-execute with the signals blocked: %s", strerror(errno));
 }
 
-int main(int argc, char **argv) {
-        enum {
-                ARG_CHECK = 0x100,
-                ARG_PLAN,
-                ARG_JSON,
-                ARG_BENCH_PIPELINE,
-                ARG_REFERENCE,
-                ARG_VERSION,
-                ARG_DEVICE_INFO,
-                ARG_PRINT_CONFIG,
-                ARG_TOPIC_PARTITIONS,
-        };
-        static const struct option options[] = {
+/* What the command line asked for. The mode flags are ints that
+ * getopt_long sets itself (its flag pointers); when several are given, the
+ * first of --device-info, --check-config, --print-config and
+ * --topic-partitions, --plan wins, and none runs the daemon. */
+typedef struct inferd_args {
+        const char *path;               /* -c FILE, or CFG_DEFAULT_PATH */
+        bool path_given;
+        int check, plan, json, device, print, partitions, bench_pipeline;
+} inferd_args_t;
+
+/* Parses argv into *a. Returns -1 to go on, or the exit status of what is
+ * done already: --help, --version, --print-config-reference, or a bad
+ * argument (2, with the usage on stderr). */
+static int inferd_parse_args(int argc, char **argv, inferd_args_t *a) {
+        enum { ARG_REFERENCE = 0x100, ARG_VERSION };
+        const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
-                { "check-config", no_argument, NULL, ARG_CHECK },
-                { "plan", no_argument, NULL, ARG_PLAN },
-                { "json", no_argument, NULL, ARG_JSON },
-                { "device-info", no_argument, NULL, ARG_DEVICE_INFO },
-                { "print-config", no_argument, NULL, ARG_PRINT_CONFIG },
-                { "topic-partitions", no_argument, NULL, ARG_TOPIC_PARTITIONS },
-                { "bench-pipeline", no_argument, NULL, ARG_BENCH_PIPELINE },
+                { "check-config", no_argument, &a->check, 1 },
+                { "plan", no_argument, &a->plan, 1 },
+                { "json", no_argument, &a->json, 1 },
+                { "device-info", no_argument, &a->device, 1 },
+                { "print-config", no_argument, &a->print, 1 },
+                { "topic-partitions", no_argument, &a->partitions, 1 },
+                { "bench-pipeline", no_argument, &a->bench_pipeline, 1 },
                 { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
                 { "version", no_argument, NULL, ARG_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        const char *path = CFG_DEFAULT_PATH;
-        bool check = false, plan = false, json = false, bench_pipeline = false, device = false, print = false,
-             partitions = false, path_given = false;
-        daemon_t *d = NULL;
-        cfg_t *c = NULL;
-        errbuf_t err = {};
-        int opt, r;
+        int opt;
 
+        *a = (inferd_args_t){ .path = CFG_DEFAULT_PATH };
         while ((opt = getopt_long(argc, argv, "c:h", options, NULL)) >= 0) {
                 switch (opt) {
+                case 0:         /* a mode flag: getopt_long set it */
+                        break;
                 case 'c':
-                        path = optarg;
-                        path_given = true;
-                        break;
-                case ARG_DEVICE_INFO:
-                        device = true;
-                        break;
-                case ARG_PRINT_CONFIG:
-                        print = true;
-                        break;
-                case ARG_TOPIC_PARTITIONS:
-                        partitions = true;
-                        break;
-                case ARG_CHECK:
-                        check = true;
-                        break;
-                case ARG_PLAN:
-                        plan = true;
-                        break;
-                case ARG_JSON:
-                        json = true;
-                        break;
-                case ARG_BENCH_PIPELINE:
-                        bench_pipeline = true;
+                        a->path = optarg;
+                        a->path_given = true;
                         break;
                 case ARG_REFERENCE:
                         /* docs/config.md is this output: the key table, documented. */
@@ -277,63 +256,75 @@ int main(int argc, char **argv) {
                 usage(stderr);
                 return 2;
         }
+        return -1;
+}
 
-        if (device)
-                return device_info(path_given ? path : NULL, json);
+/* Loads and checks a->path into *ret (--check-config also opens the
+ * weights), and says which secrets others can read. Returns 0, or the exit
+ * status 1 after saying why (on stderr for the one-shot modes, else to the
+ * log). */
+static int inferd_load(const inferd_args_t *a, cfg_t **ret) {
+        bool one_shot = a->check || a->print || a->partitions;
+        errbuf_t err = {};
+        cfg_t *c = NULL;
+        int r;
 
-        log_setup(NULL, LOG_TARGET_AUTO);
-        r = check_config(path, &c, &err);
-        if (r >= 0 && check) {
+        r = check_config(a->path, &c, &err);
+        if (r >= 0 && a->check) {
                 /* Only here: --plan and --print-config need no weights. */
                 r = cfg_check_model_files(c, &err);
                 if (r < 0)
                         cfg_free(c);
         }
         if (r < 0) {
-                if (check || print || partitions)
+                if (one_shot)
                         fprintf(stderr, "inferd: %s\n", err.msg);
                 else
                         log_error("Failed to load the configuration: %s", err.msg);
                 return 1;
         }
-        if (check || !(print || partitions || plan)) {
+        if (a->check || !(one_shot || a->plan)) {
                 /* A warning, not an error: the file works, but others can
                  * read a secret in it (or in a file it names). */
                 errbuf_t warnings[8];
                 size_t n = cfg_find_exposed_secrets(c, warnings, 8);
 
                 for (size_t i = 0; i < n && i < 8; i++) {
-                        if (check)
+                        if (a->check)
                                 fprintf(stderr, "inferd: warning: %s\n", warnings[i].msg);
                         else
                                 log_warning("%s", warnings[i].msg);
                 }
         }
-        if (check) {
-                printf("%s: OK\n", path);
-                cfg_free(c);
-                return 0;
-        }
-        if (print || partitions) {
-                r = print ? (cfg_write_ini(c, stdout) < 0 ? 1 : 0) : topic_partitions(c);
-                cfg_free(c);
-                return r;
-        }
-        if (plan) {
-                plan_t p;
-                char warning[512] = "";
+        *ret = c;
+        return 0;
+}
 
-                r = daemon_plan(c, &p, warning, sizeof(warning), &err);
-                cfg_free(c);
-                if (r < 0) {
-                        fprintf(stderr, "inferd: %s\n", err.msg);
-                        return 1;
-                }
-                if (warning[0])
-                        fprintf(stderr, "inferd: %s\n", warning);
-                r = json ? plan_write_json(&p, stdout) : plan_write_text(&p, stdout);
-                return r < 0 ? 1 : 0;
+/* --plan: the memory plan the config gives, as text or JSON. Returns the
+ * exit status. */
+static int inferd_print_plan(const cfg_t *c, bool json) {
+        char warning[512] = "";
+        errbuf_t err = {};
+        plan_t p;
+        int r;
+
+        r = daemon_plan(c, &p, warning, sizeof(warning), &err);
+        if (r < 0) {
+                fprintf(stderr, "inferd: %s\n", err.msg);
+                return 1;
         }
+        if (warning[0])
+                fprintf(stderr, "inferd: %s\n", warning);
+        r = json ? plan_write_json(&p, stdout) : plan_write_text(&p, stdout);
+        return r < 0 ? 1 : 0;
+}
+
+/* The daemon itself, in systemd's order (see the top of this file). Takes
+ * c. Returns the exit status. */
+static int inferd_serve(const inferd_args_t *a, cfg_t *c, char **argv) {
+        daemon_t *d = NULL;
+        errbuf_t err = {};
+        int r;
 
         /* Before librdkafka or the engine start threads, so that every
          * thread inherits the mask and the signals reach only the event
@@ -341,12 +332,12 @@ int main(int argc, char **argv) {
         block_signals_everywhere(argv);
         signal(SIGPIPE, SIG_IGN);
 
-        r = daemon_new(&d, c, path, &err);
+        r = daemon_new(&d, c, a->path, &err);
         if (r < 0) {
                 log_error("Failed to create the daemon: %s", err.msg[0] ? err.msg : strerror(-r));
                 return 1;
         }
-        daemon_set_bench_pipeline(d, bench_pipeline);
+        daemon_set_bench_pipeline(d, a->bench_pipeline);
         daemon_set_version(d, INFERD_VERSION);
         r = daemon_start(d, &err);
         if (r < 0) {
@@ -358,5 +349,35 @@ int main(int argc, char **argv) {
         r = daemon_run(d);
         sd_notify(0, "STOPPING=1");
         daemon_free(d);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        inferd_args_t a;
+        cfg_t *c = NULL;
+        int r;
+
+        r = inferd_parse_args(argc, argv, &a);
+        if (r >= 0)
+                return r;
+        if (a.device)
+                return device_info(a.path_given ? a.path : NULL, a.json);
+
+        log_setup(NULL, LOG_TARGET_AUTO);
+        r = inferd_load(&a, &c);
+        if (r != 0)
+                return r;
+        if (a.check) {
+                printf("%s: OK\n", a.path);
+                r = 0;
+        } else if (a.print)
+                r = cfg_write_ini(c, stdout) < 0 ? 1 : 0;
+        else if (a.partitions)
+                r = topic_partitions(c);
+        else if (a.plan)
+                r = inferd_print_plan(c, a.json);
+        else
+                return inferd_serve(&a, c, argv);
+        cfg_free(c);
         return r;
 }

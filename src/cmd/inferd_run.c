@@ -95,11 +95,172 @@ static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *re
         return 0;
 }
 
+/* A size option (--device-memory, --max-bytes): a byte count with an
+ * optional KiB/MiB/GiB suffix, not 0. example goes in the message. */
+static int run_parse_size(const char *opt, const char *s, const char *example, uint64_t *ret) {
+        if (units_parse_size(s, ret) < 0 || *ret == 0) {
+                fprintf(stderr, "inferd-run: %s: '%s' is not a size (such as %s)\n", opt, s, example);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* --max-pixels: a positive whole number. */
+static int run_parse_count(const char *opt, const char *s, uint64_t *ret) {
+        char *end;
+
+        errno = 0;
+        *ret = strtoull(s, &end, 10);
+        if (errno || end == s || *end || s[0] == '-' || *ret == 0) {
+                fprintf(stderr, "inferd-run: %s: '%s' is not a positive whole number\n", opt, s);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* --bench: seconds in (0, 3600]. */
+static int run_parse_seconds(const char *opt, const char *s, double *ret) {
+        char *end;
+
+        *ret = strtod(s, &end);
+        if (end == s || *end || !(*ret > 0) || *ret > 3600) {
+                fprintf(stderr, "inferd-run: %s: '%s' is not a number of seconds in (0, 3600]\n", opt, s);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* An option whose value may be left out (--exif-orientation[=yes|no]):
+ * none is yes. */
+static int run_parse_yes_no(const char *opt, const char *s, bool *ret) {
+        if (!s || strcmp(s, "yes") == 0)
+                *ret = true;
+        else if (strcmp(s, "no") == 0)
+                *ret = false;
+        else {
+                fprintf(stderr, "inferd-run: %s: '%s' is neither yes nor no\n", opt, s);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+enum {
+        OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
+        OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_EXIF_ORIENTATION, OPT_VERSION,
+};
+
+/* One option c of getopt_long (its value in optarg) into *a. Returns 0, 1
+ * for --help, 2 for --version, or -EINVAL after printing the reason. */
+static int run_parse_option(run_args_t *a, int c, char **argv) {
+        switch (c) {
+        case 'w':
+                a->weights = optarg;
+                return 0;
+        case 'l':
+                a->labels = optarg;
+                return 0;
+        case 'o':
+                a->logits = optarg;
+                return 0;
+        case OPT_RGB8:
+                a->rgb8 = optarg;
+                return 0;
+        case OPT_BUDGET:
+                a->engine.device_budget = optarg;
+                return 0;
+        case OPT_HOST_BUDGET:
+                a->engine.host_budget = optarg;
+                return 0;
+        case 'B':
+                if (backend_from_string(optarg, &a->engine.backend) < 0) {
+                        fprintf(stderr, "inferd-run: --backend: '%s' is not auto, cpu or cuda\n", optarg);
+                        return -EINVAL;
+                }
+                return 0;
+        case 'p':
+                if (precision_from_string(optarg, &a->engine.precision) < 0) {
+                        fprintf(stderr, "inferd-run: --precision: '%s' is not fp32, fp16 or bf16\n", optarg);
+                        return -EINVAL;
+                }
+                return 0;
+        case 'b':
+                return run_parse_int("--batch", optarg, 1, 65536, &a->batch);
+        case 'k':
+                return run_parse_int("--top", optarg, 1, ENGINE_TOPK_MAX, &a->engine.top_k);
+        case OPT_DEVICE:
+                return run_parse_int("--device", optarg, 0, 63, &a->engine.device);
+        case OPT_DEPTH:
+                return run_parse_int("--depth", optarg, 2, 16, &a->engine.pipeline_depth);
+        case OPT_PLAN:
+                a->mode = RUN_PLAN;
+                return 0;
+        case OPT_BENCH:
+                a->mode = RUN_BENCH;
+                return run_parse_seconds("--bench", optarg, &a->bench_seconds);
+        case OPT_JSON:
+                a->json = 1;
+                return 0;
+        case OPT_DEVICE_MEMORY:
+                return run_parse_size("--device-memory", optarg, "11GiB", &a->engine.device_memory_bytes);
+        case OPT_MAX_BYTES:
+                return run_parse_size("--max-bytes", optarg, "20MiB", &a->max_bytes);
+        case OPT_MAX_PIXELS:
+                return run_parse_count("--max-pixels", optarg, &a->max_pixels);
+        case OPT_DECODE_FAST:
+                a->decode_fast = true;
+                return 0;
+        case OPT_EXIF_ORIENTATION:
+                return run_parse_yes_no("--exif-orientation", optarg, &a->exif_orientation);
+        case 'h':
+                return 1;
+        case OPT_VERSION:
+                return 2;
+        case ':':
+                fprintf(stderr, "inferd-run: option '%s' needs a value\n", argv[optind - 1]);
+                return -EINVAL;
+        default:
+                fprintf(stderr, "inferd-run: unknown option '%s' (see --help)\n", argv[optind - 1]);
+                return -EINVAL;
+        }
+}
+
+/* After the options: the INPUT files the mode wants, and the engine's
+ * batch and decode settings that follow from them. Returns 0 or -EINVAL
+ * after printing the reason. */
+static int run_check_args(run_args_t *a) {
+        if (a->mode != RUN_INFER && a->n_inputs > 0) {
+                fprintf(stderr, "inferd-run: --plan and --bench take no INPUT files ('%s')\n", a->inputs[0]);
+                return -EINVAL;
+        }
+        if (a->mode == RUN_INFER) {
+                if (!a->weights) {
+                        fprintf(stderr, "inferd-run: --weights FILE is required to classify inputs (see --help)\n");
+                        return -EINVAL;
+                }
+                if (a->n_inputs == 0) {
+                        fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
+                        return -EINVAL;
+                }
+        } else if (a->logits || a->labels || a->rgb8) {
+                fprintf(stderr, "inferd-run: --logits, --rgb8 and --labels go with INPUT files only\n");
+                return -EINVAL;
+        }
+        /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
+        if (a->batch > 0)
+                a->engine.max_batch = a->batch;
+        else if (a->mode == RUN_INFER)
+                a->engine.max_batch = a->n_inputs < 8 ? a->n_inputs : 8;
+        else if (a->mode == RUN_BENCH)
+                a->engine.max_batch = 8;
+        /* Images are decoded on this thread: one context, with a copy of the file. */
+        a->engine.decode_threads = 1;
+        a->engine.decode_max_pixels = a->max_pixels;
+        a->engine.decode_input_bytes = a->max_bytes;
+        return 0;
+}
+
 /* Returns 0, 1 for --help, 2 for --version, or -EINVAL after printing the reason. */
 static int run_parse_args(int argc, char **argv, run_args_t *a) {
-        enum { OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
-               OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_EXIF_ORIENTATION,
-               OPT_VERSION };
         static const struct option options[] = {
                 { "weights", required_argument, NULL, 'w' },
                 { "labels", required_argument, NULL, 'l' },
@@ -133,157 +294,13 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
         a->max_bytes = DECODE_DEFAULT_MAX_BYTES;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "+:h", options, NULL)) >= 0) {
-                switch (c) {
-                case 'w':
-                        a->weights = optarg;
-                        break;
-                case 'l':
-                        a->labels = optarg;
-                        break;
-                case 'o':
-                        a->logits = optarg;
-                        break;
-                case 'B':
-                        if (backend_from_string(optarg, &a->engine.backend) < 0) {
-                                fprintf(stderr, "inferd-run: --backend: '%s' is not auto, cpu or cuda\n", optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                case 'p':
-                        if (precision_from_string(optarg, &a->engine.precision) < 0) {
-                                fprintf(stderr, "inferd-run: --precision: '%s' is not fp32, fp16 or bf16\n", optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                case 'b':
-                        r = run_parse_int("--batch", optarg, 1, 65536, &a->batch);
-                        if (r < 0)
-                                return r;
-                        break;
-                case 'k':
-                        r = run_parse_int("--top", optarg, 1, ENGINE_TOPK_MAX, &a->engine.top_k);
-                        if (r < 0)
-                                return r;
-                        break;
-                case OPT_PLAN:
-                        a->mode = RUN_PLAN;
-                        break;
-                case OPT_JSON:
-                        a->json = 1;
-                        break;
-                case OPT_DEVICE_MEMORY:
-                        if (units_parse_size(optarg, &a->engine.device_memory_bytes) < 0 ||
-                            a->engine.device_memory_bytes == 0) {
-                                fprintf(stderr, "inferd-run: --device-memory: '%s' is not a size (such as 11GiB)\n",
-                                        optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                case OPT_BUDGET:
-                        a->engine.device_budget = optarg;
-                        break;
-                case OPT_HOST_BUDGET:
-                        a->engine.host_budget = optarg;
-                        break;
-                case OPT_BENCH: {
-                        char *end;
-
-                        a->mode = RUN_BENCH;
-                        a->bench_seconds = strtod(optarg, &end);
-                        if (end == optarg || *end || !(a->bench_seconds > 0) || a->bench_seconds > 3600) {
-                                fprintf(stderr, "inferd-run: --bench: '%s' is not a number of seconds in (0, 3600]\n",
-                                        optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                }
-                case OPT_DEVICE:
-                        r = run_parse_int("--device", optarg, 0, 63, &a->engine.device);
-                        if (r < 0)
-                                return r;
-                        break;
-                case OPT_RGB8:
-                        a->rgb8 = optarg;
-                        break;
-                case OPT_MAX_PIXELS: {
-                        char *end;
-
-                        errno = 0;
-                        a->max_pixels = strtoull(optarg, &end, 10);
-                        if (errno || end == optarg || *end || optarg[0] == '-' || a->max_pixels == 0) {
-                                fprintf(stderr, "inferd-run: --max-pixels: '%s' is not a positive whole number\n",
-                                        optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                }
-                case OPT_DECODE_FAST:
-                        a->decode_fast = true;
-                        break;
-                case OPT_EXIF_ORIENTATION:
-                        if (!optarg || strcmp(optarg, "yes") == 0)
-                                a->exif_orientation = true;
-                        else if (strcmp(optarg, "no") == 0)
-                                a->exif_orientation = false;
-                        else {
-                                fprintf(stderr, "inferd-run: --exif-orientation: '%s' is neither yes nor no\n", optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                case OPT_MAX_BYTES:
-                        if (units_parse_size(optarg, &a->max_bytes) < 0 || a->max_bytes == 0) {
-                                fprintf(stderr, "inferd-run: --max-bytes: '%s' is not a size (such as 20MiB)\n", optarg);
-                                return -EINVAL;
-                        }
-                        break;
-                case OPT_DEPTH:
-                        r = run_parse_int("--depth", optarg, 2, 16, &a->engine.pipeline_depth);
-                        if (r < 0)
-                                return r;
-                        break;
-                case 'h':
-                        return 1;
-                case OPT_VERSION:
-                        return 2;
-                case ':':
-                        fprintf(stderr, "inferd-run: option '%s' needs a value\n", argv[optind - 1]);
-                        return -EINVAL;
-                default:
-                        fprintf(stderr, "inferd-run: unknown option '%s' (see --help)\n", argv[optind - 1]);
-                        return -EINVAL;
-                }
+                r = run_parse_option(a, c, argv);
+                if (r != 0)
+                        return r;
         }
         a->inputs = argv + optind;
         a->n_inputs = argc - optind;
-        if (a->mode != RUN_INFER && a->n_inputs > 0) {
-                fprintf(stderr, "inferd-run: --plan and --bench take no INPUT files ('%s')\n", a->inputs[0]);
-                return -EINVAL;
-        }
-        if (a->mode == RUN_INFER) {
-                if (!a->weights) {
-                        fprintf(stderr, "inferd-run: --weights FILE is required to classify inputs (see --help)\n");
-                        return -EINVAL;
-                }
-                if (a->n_inputs == 0) {
-                        fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
-                        return -EINVAL;
-                }
-        } else if (a->logits || a->labels || a->rgb8) {
-                fprintf(stderr, "inferd-run: --logits, --rgb8 and --labels go with INPUT files only\n");
-                return -EINVAL;
-        }
-        /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
-        if (a->batch > 0)
-                a->engine.max_batch = a->batch;
-        else if (a->mode == RUN_INFER)
-                a->engine.max_batch = a->n_inputs < 8 ? a->n_inputs : 8;
-        else if (a->mode == RUN_BENCH)
-                a->engine.max_batch = 8;
-        /* Images are decoded on this thread: one context, with a copy of the file. */
-        a->engine.decode_threads = 1;
-        a->engine.decode_max_pixels = a->max_pixels;
-        a->engine.decode_input_bytes = a->max_bytes;
-        return 0;
+        return run_check_args(a);
 }
 
 static double run_now_ms(void) {
