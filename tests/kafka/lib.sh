@@ -274,6 +274,36 @@ kt_age_test() {
         [ "$rc" = 0 ] && kt_pass $t-drain-exit-0 || kt_fail $t-drain-exit-0 "exit $rc (see $KT_DIR/$P.log)"
 }
 
+# kt_only VAR SUITE SECTION...: which of the suite's sections run. $VAR
+# (KT_ONLY for tests/kafka, KR_ONLY for tests/kafka-real) lists exact
+# section names, separated by spaces or commas ("eos static", "eos,static");
+# unset or empty runs them all. Sets KT_SELECTED for kt_selected. A name
+# that is not a section: one FAIL line naming it and the sections, and the
+# suite exits 1 before it starts anything.
+kt_only() {
+        local var=$1 suite=$2 name s found names=()
+        shift 2
+        IFS=', ' read -r -a names <<<"${!var:-}"
+        KT_SELECTED=" "
+        for name in "${names[@]}"; do
+                [ -n "$name" ] || continue
+                found=0
+                for s in "$@"; do
+                        [ "$s" = "$name" ] && found=1
+                done
+                if [ $found = 0 ]; then
+                        echo "FAIL $suite/only: $var names '$name', which is not a section of tests/$suite (its sections: $*)"
+                        [ -n "${KT_KEEP:-}" ] || rm -rf "$KT_DIR"
+                        exit 1
+                fi
+                KT_SELECTED+="$name "
+        done
+        [ "$KT_SELECTED" = " " ] && KT_SELECTED=" $* "
+        return 0
+}
+# kt_selected SECTION: whether kt_only selected SECTION.
+kt_selected() { [[ $KT_SELECTED == *" $1 "* ]]; }
+
 kt_pass() { echo "PASS $1${2:+ ($2)}"; }
 kt_fail() { echo "FAIL $1: $2"; }
 kt_skip() { echo "SKIP $1: $2"; }
