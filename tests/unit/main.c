@@ -4,8 +4,14 @@
  * CUnit suite and its tests; the list comes from unit_registry.h, generated
  * by the Makefile from the file names. Every test prints one line for
  * tests/run: "PASS unit/<suite>/<test>" or "FAIL unit/<suite>/<test>: ...".
- * An optional argument runs only the suites whose name contains it. */
+ *
+ *   unit-tests                 every suite
+ *   unit-tests NAME...         only the suites of exactly these names
+ *                              (tests/run unit NAME...); an unknown name is
+ *                              an error, exit 2
+ *   unit-tests --list          the suites' names, one a line */
 #include <CUnit/Basic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,14 +32,53 @@ static void on_test_complete(const CU_pTest test, const CU_pSuite suite, const C
         fflush(stdout);
 }
 
+static const char *const unit_suites[] = {
+#define UNIT_SUITE(m) #m,
+#include "unit_registry.h"
+#undef UNIT_SUITE
+};
+#define UNIT_N_SUITES (sizeof(unit_suites) / sizeof(unit_suites[0]))
+
+/* Whether suite runs: every one without names, else one named exactly. */
+static bool unit_selected(const char *suite, int argc, char **argv) {
+        if (argc < 2)
+                return true;
+        for (int i = 1; i < argc; i++)
+                if (!strcmp(argv[i], suite))
+                        return true;
+        return false;
+}
+
+/* Every name on the command line is a suite's; else says which is not. */
+static bool unit_names_known(int argc, char **argv) {
+        for (int i = 1; i < argc; i++) {
+                size_t j = 0;
+
+                while (j < UNIT_N_SUITES && strcmp(argv[i], unit_suites[j]))
+                        j++;
+                if (j == UNIT_N_SUITES) {
+                        fprintf(stderr, "unit-tests: '%s' is not a unit suite (unit-tests --list names them)\n",
+                                argv[i]);
+                        return false;
+                }
+        }
+        return true;
+}
+
 int main(int argc, char **argv) {
-        const char *only = argc > 1 ? argv[1] : NULL;
         unsigned failed;
 
+        if (argc == 2 && !strcmp(argv[1], "--list")) {
+                for (size_t i = 0; i < UNIT_N_SUITES; i++)
+                        printf("%s\n", unit_suites[i]);
+                return 0;
+        }
+        if (!unit_names_known(argc, argv))
+                return 2;
         if (CU_initialize_registry() != CUE_SUCCESS)
                 return 2;
 #define UNIT_SUITE(m)                                                           \
-        if (!only || strstr(#m, only)) {                                        \
+        if (unit_selected(#m, argc, argv)) {                                    \
                 if (test_##m##_register() != 0) {                               \
                         printf("FAIL unit/%s: could not register\n", #m);       \
                         CU_cleanup_registry();                                  \
