@@ -9,7 +9,7 @@
  * inferd-dlq-header-omitted: <name>=<bytes> per cut header. So a poison
  * record's copy can always be produced and its offset committed.
  *
- * Not here: producing, counting, the offsets (pipeline.c). */
+ * Not here: producing, counting, the offsets (pipeline_produce.c). */
 #ifndef INFERD_DLQ_H
 #define INFERD_DLQ_H
 
