@@ -331,10 +331,31 @@ static bool kafka_cooperative(kafka_t *k) {
         return strcmp(rd_kafka_rebalance_protocol(k->consumer), "COOPERATIVE") == 0;
 }
 
-static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
-                               void *opaque) {
+/* Gives the partitions up: the daemon's revoking callback (which answers
+ * or hands back what it took from them), then librdkafka's unassign, then
+ * the revoked callback. lost: the group has already moved them on. */
+static void kafka_revoke(kafka_t *k, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, bool lost, bool coop) {
+        rd_kafka_error_t *e = NULL;
+        rd_kafka_resp_err_t re = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+        if (k->cb.revoking)
+                k->cb.revoking(k->userdata, parts, lost);
+        if (coop)
+                e = rd_kafka_incremental_unassign(rk, parts);
+        else
+                re = rd_kafka_assign(rk, NULL);
+        if (e || re)
+                log_error("Failed to unassign partitions: %s", e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
+        rd_kafka_error_destroy(e);
+        kafka_parts_assigned(k, parts, false);
+        if (k->cb.revoked)
+                k->cb.revoked(k->userdata, parts);
+}
+
+void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+                        void *opaque) {
         kafka_t *k = opaque;
-        bool coop = kafka_cooperative(k);
+        bool coop = kafka_cooperative(k), lost;
         rd_kafka_error_t *e = NULL;
         rd_kafka_resp_err_t re = RD_KAFKA_RESP_ERR_NO_ERROR;
 
@@ -364,30 +385,23 @@ static void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka
                         rd_kafka_resume_partitions(rk, parts);
                 break;
 
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS: {
-                bool lost = rd_kafka_assignment_lost(rk);
-
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+                lost = rd_kafka_assignment_lost(rk);
                 log_info("Revoking %d partition(s)%s (%s rebalance)", parts->cnt, lost ? ", lost" : "",
                          coop ? "cooperative" : "eager");
-                if (k->cb.revoking)
-                        k->cb.revoking(k->userdata, parts, lost);
-                if (coop)
-                        e = rd_kafka_incremental_unassign(rk, parts);
-                else
-                        re = rd_kafka_assign(rk, NULL);
-                if (e || re)
-                        log_error("Failed to unassign partitions: %s",
-                                  e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
-                rd_kafka_error_destroy(e);
-                kafka_parts_assigned(k, parts, false);
-                if (k->cb.revoked)
-                        k->cb.revoked(k->userdata, parts);
+                kafka_revoke(k, rk, parts, lost, coop);
                 break;
-        }
+
         default:
-                log_error("Kafka rebalance failed: %s", rd_kafka_err2str(err));
-                if (coop)
-                        rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
+                /* librdkafka (2.x) sends only the two above; rdkafka.h asks
+                 * that any other be handled as a failed rebalance. The
+                 * partitions are given up as lost, through the same path
+                 * as a revoke: what was taken from them is answered or
+                 * handed back, and their offsets are not committed past it. */
+                log_error("Kafka rebalance failed: %s; giving up %d partition(s) as lost", rd_kafka_err2str(err),
+                          parts ? parts->cnt : 0);
+                if (parts)
+                        kafka_revoke(k, rk, parts, true, coop);
                 else
                         rd_kafka_assign(rk, NULL);
                 break;

@@ -54,4 +54,9 @@ struct kafka {
                                          * last statistics; -1 before them. Logged when leaving the group */
 };
 
+/* librdkafka's rebalance_cb (kafka.c); here so that the unit tests can
+ * hand it an event that librdkafka itself never sends (a failed rebalance). */
+void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+                        void *opaque);
+
 #endif

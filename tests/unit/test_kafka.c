@@ -10,6 +10,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "daemon/kafka.h"
+#include "daemon/kafka_priv.h"
 #include "unit.h"
 #include <time.h>
 #include "daemon/log.h"
@@ -160,6 +161,53 @@ static void test_kafka_broker_down_logged_once(void) {
         cfg_free(c);
 }
 
+/* A failed rebalance (an event other than assign or revoke, which
+ * librdkafka 2.x never sends but rdkafka.h asks to handle): the partitions
+ * go through the revoke's path as lost, so that the daemon answers or hands
+ * back what it took from them, and they are no longer counted assigned.
+ * It used to unassign them without telling the daemon. */
+static struct {
+        int revoking, revoked, lost;
+} rb;
+static void rb_revoking(void *u, const rd_kafka_topic_partition_list_t *parts, bool lost) {
+        (void)u;
+        (void)parts;
+        rb.revoking++;
+        rb.lost += lost;
+}
+static void rb_revoked(void *u, const rd_kafka_topic_partition_list_t *parts) {
+        (void)u;
+        (void)parts;
+        rb.revoked++;
+}
+static void test_kafka_rebalance_error_revokes(void) {
+        static const kafka_callbacks_t cb = { .revoking = rb_revoking, .revoked = rb_revoked };
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        rd_kafka_topic_partition_list_t *parts;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
+        parts = rd_kafka_topic_partition_list_new(2);
+        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 0);
+        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 1);
+        kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts, k);
+        CU_ASSERT_EQUAL(kafka_get_assigned(k), 2);
+        memset(&rb, 0, sizeof(rb));
+        kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__FAIL, parts, k);
+        CU_ASSERT_EQUAL(rb.revoking, 1);
+        CU_ASSERT_EQUAL(rb.lost, 1);
+        CU_ASSERT_EQUAL(rb.revoked, 1);
+        CU_ASSERT_EQUAL(kafka_get_assigned(k), 0);
+        rd_kafka_topic_partition_list_destroy(parts);
+        kafka_free(k);
+        cfg_free(c);
+}
+
 /* Exactly-once, a commit that keeps timing out (librdkafka's retriable
  * error: a broker answering after 5 s, each attempt waiting 200 ms): after
  * its few retries kafka_txn_commit says -EAGAIN, and the transaction stays
@@ -216,6 +264,7 @@ int test_kafka_register(void) {
                 { "txn_init_bounded", test_kafka_txn_init_bounded },
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
+                { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("kafka", tests);
