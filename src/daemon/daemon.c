@@ -382,6 +382,12 @@ void daemon_watchdog_ping(daemon_t *d) {
                             (double)(t - st.last_progress_us) / 1e6);
 }
 
+/* A transactional call blocks the loop (a commit inside a revoke or a
+ * drain can wait up to DAEMON_TXN_TIMEOUT_MS): it pings on the same rule. */
+static void daemon_on_txn_waiting(void *userdata) {
+        daemon_watchdog_ping(userdata);
+}
+
 static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
@@ -573,6 +579,7 @@ static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
                 .revoked = daemon_on_revoked,
                 .delivered = daemon_on_delivered,
                 .fatal = daemon_on_fatal,
+                .txn_waiting = daemon_on_txn_waiting,
         };
         kafka_limits_t lim;
         int r;

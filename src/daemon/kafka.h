@@ -41,6 +41,10 @@ typedef struct kafka_callbacks {
         void (*delivered)(void *userdata, const rd_kafka_message_t *m);
         /* A fatal error: the handle cannot go on. */
         void (*fatal)(void *userdata, const char *reason);
+        /* Optional: a transactional call (sending the offsets, a commit,
+         * an abort) is still waiting; called about every 100 ms while it
+         * blocks the caller's thread (to ping a watchdog, say). */
+        void (*txn_waiting)(void *userdata);
 } kafka_callbacks_t;
 
 /* Fetch and queue limits derived from the host budget: the fetched bytes

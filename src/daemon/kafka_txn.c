@@ -103,6 +103,41 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
 /* How often a retriable failure of a commit's step is tried again. */
 #define KAFKA_TXN_RETRIES 5
 
+/* A blocking transactional call is made in slices of at most this, when the
+ * owner asked to be called while it waits (kafka_callbacks_t.txn_waiting):
+ * librdkafka's transactional calls resume after their own timeout. */
+#define KAFKA_TXN_SLICE_MS 100
+
+typedef enum { KAFKA_TXN_SEND_OFFSETS, KAFKA_TXN_COMMIT, KAFKA_TXN_ABORT } kafka_txn_op_t;
+
+/* One transactional call that may wait up to timeout_ms: in slices, with
+ * the owner's txn_waiting called between them, while it only times out. */
+static rd_kafka_error_t *kafka_txn_call(kafka_t *k, kafka_txn_op_t op, const rd_kafka_topic_partition_list_t *offsets,
+                                        const rd_kafka_consumer_group_metadata_t *md, int timeout_ms) {
+        for (int left = timeout_ms;;) {
+                int slice = k->cb.txn_waiting && left > KAFKA_TXN_SLICE_MS ? KAFKA_TXN_SLICE_MS : left;
+                rd_kafka_error_t *e;
+
+                switch (op) {
+                case KAFKA_TXN_SEND_OFFSETS:
+                        e = rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, slice);
+                        break;
+                case KAFKA_TXN_COMMIT:
+                        e = rd_kafka_commit_transaction(k->producer, slice);
+                        break;
+                default:
+                        e = rd_kafka_abort_transaction(k->producer, slice);
+                        break;
+                }
+                left -= slice;
+                if (!e || left <= 0 || rd_kafka_error_code(e) != RD_KAFKA_RESP_ERR__TIMED_OUT ||
+                    rd_kafka_error_txn_requires_abort(e) || rd_kafka_error_is_fatal(e))
+                        return e;
+                rd_kafka_error_destroy(e);
+                k->cb.txn_waiting(k->userdata);
+        }
+}
+
 /* One step of kafka_txn_commit, tried up to KAFKA_TXN_RETRIES times while it
  * fails retriably (each try waits up to timeout_ms itself): with md, the
  * offsets are sent to the transaction; without, it is committed. Returns 0,
@@ -111,8 +146,8 @@ static int kafka_txn_step(kafka_t *k, const rd_kafka_topic_partition_list_t *off
                           const rd_kafka_consumer_group_metadata_t *md, int timeout_ms, const char *what,
                           errbuf_t *err) {
         for (int i = 1;; i++) {
-                rd_kafka_error_t *e = md ? rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, timeout_ms)
-                                         : rd_kafka_commit_transaction(k->producer, timeout_ms);
+                rd_kafka_error_t *e = kafka_txn_call(k, md ? KAFKA_TXN_SEND_OFFSETS : KAFKA_TXN_COMMIT, offsets, md,
+                                                     timeout_ms);
 
                 if (!e)
                         return 0;
@@ -159,7 +194,7 @@ int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
         assert(k->transactional);
         if (!k->txn_open)
                 return 0;
-        e = rd_kafka_abort_transaction(k->producer, timeout_ms);
+        e = kafka_txn_call(k, KAFKA_TXN_ABORT, NULL, NULL, timeout_ms);
         if (e)
                 return kafka_txn_error(e, "abort the transaction", err);
         k->txn_open = false;

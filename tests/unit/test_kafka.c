@@ -208,52 +208,94 @@ static void test_kafka_rebalance_error_revokes(void) {
         cfg_free(c);
 }
 
+/* An exactly-once kafka_t on librdkafka's own mock cluster (one broker,
+ * topic "t"), its transactions initialised and one open with a record in
+ * it. */
+typedef struct {
+        rd_kafka_t *mrk;
+        rd_kafka_mock_cluster_t *mc;
+        cfg_t *c;
+        kafka_t *k;
+} txn_mock_t;
+
+static void txn_mock_open(txn_mock_t *t, const kafka_callbacks_t *cb, void *userdata) {
+        rd_kafka_conf_t *mconf = rd_kafka_conf_new();
+        kafka_limits_t l;
+        errbuf_t err = {};
+        char why[256];
+
+        *t = (txn_mock_t){};
+        t->mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, why, sizeof(why));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->mrk);
+        t->mc = rd_kafka_mock_cluster_new(t->mrk, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t->mc);
+        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(t->mc, "t", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+        CU_ASSERT_FATAL(cfg_new_defaults(&t->c) == 0);
+        snprintf(t->c->kafka.brokers, sizeof(t->c->kafka.brokers), "%s", rd_kafka_mock_cluster_bootstraps(t->mc));
+        t->c->kafka.delivery = CFG_DELIVERY_EXACTLY_ONCE;
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&t->k, t->c, &l, cb, userdata, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_txn_init(t->k, 5000, 10000, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_produce(t->k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
+        CU_ASSERT_FATAL(kafka_txn_is_open(t->k));
+}
+
+static void txn_mock_close(txn_mock_t *t) {
+        kafka_free(t->k);
+        cfg_free(t->c);
+        rd_kafka_mock_cluster_destroy(t->mc);
+        rd_kafka_destroy(t->mrk);
+}
+
 /* Exactly-once, a commit that keeps timing out (librdkafka's retriable
  * error: a broker answering after 5 s, each attempt waiting 200 ms): after
  * its few retries kafka_txn_commit says -EAGAIN, and the transaction stays
  * open (a call once the broker answers resumes it). It used to take the
  * last retriable failure for a success, so the caller went on as if the
- * transaction were committed. The mock cluster is librdkafka's own. */
+ * transaction were committed. */
 static void test_kafka_txn_commit_retries_fail(void) {
         static const kafka_callbacks_t cb = {};
-        rd_kafka_conf_t *mconf = rd_kafka_conf_new();
-        rd_kafka_mock_cluster_t *mc;
-        rd_kafka_t *mrk;
-        kafka_limits_t l;
-        cfg_t *c = NULL;
-        kafka_t *k = NULL;
+        txn_mock_t t;
         errbuf_t err = {};
-        char why[256];
         int r;
 
-        mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, why, sizeof(why));
-        CU_ASSERT_PTR_NOT_NULL_FATAL(mrk);
-        mc = rd_kafka_mock_cluster_new(mrk, 1);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(mc);
-        CU_ASSERT_EQUAL_FATAL(rd_kafka_mock_topic_create(mc, "t", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
-        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", rd_kafka_mock_cluster_bootstraps(mc));
-        c->kafka.delivery = CFG_DELIVERY_EXACTLY_ONCE;
-        kafka_limits_from_budget(0, &l);
-        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
-        r = kafka_txn_init(k, 5000, 10000, &err);
-        CU_ASSERT_EQUAL_FATAL(r, 0);
-        CU_ASSERT_EQUAL_FATAL(kafka_produce(k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
-        CU_ASSERT_FATAL(kafka_txn_is_open(k));
-        rd_kafka_mock_broker_set_rtt(mc, 1, 5000);
-        r = kafka_txn_commit(k, NULL, 200, &err);
+        txn_mock_open(&t, &cb, NULL);
+        rd_kafka_mock_broker_set_rtt(t.mc, 1, 5000);
+        r = kafka_txn_commit(t.k, NULL, 200, &err);
         CU_ASSERT_EQUAL(r, -EAGAIN);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Failed to commit the transaction: "));
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(retriable)"));
-        CU_ASSERT(kafka_txn_is_open(k));
+        CU_ASSERT(kafka_txn_is_open(t.k));
         /* Called again once the broker answers, the commit resumes. */
-        rd_kafka_mock_broker_set_rtt(mc, 1, 0);
-        CU_ASSERT_EQUAL(kafka_txn_commit(k, NULL, 10000, &err), 0);
-        CU_ASSERT(!kafka_txn_is_open(k));
-        kafka_free(k);
-        cfg_free(c);
-        rd_kafka_mock_cluster_destroy(mc);
-        rd_kafka_destroy(mrk);
+        rd_kafka_mock_broker_set_rtt(t.mc, 1, 0);
+        CU_ASSERT_EQUAL(kafka_txn_commit(t.k, NULL, 10000, &err), 0);
+        CU_ASSERT(!kafka_txn_is_open(t.k));
+        txn_mock_close(&t);
+}
+
+/* A commit that waits (a broker answering after 1.5 s) calls the owner's
+ * txn_waiting while it blocks, about every 100 ms (the daemon pings its
+ * watchdog there), and still commits: the call is made in slices that
+ * librdkafka resumes. */
+static int txn_waits;
+static void txn_waiting(void *userdata) {
+        (void)userdata;
+        txn_waits++;
+}
+static void test_kafka_txn_commit_calls_waiting(void) {
+        static const kafka_callbacks_t cb = { .txn_waiting = txn_waiting };
+        txn_mock_t t;
+        errbuf_t err = {};
+
+        txn_mock_open(&t, &cb, NULL);
+        txn_waits = 0;
+        rd_kafka_mock_broker_set_rtt(t.mc, 1, 1500);
+        CU_ASSERT_EQUAL(kafka_txn_commit(t.k, NULL, 10000, &err), 0);
+        CU_ASSERT(!kafka_txn_is_open(t.k));
+        /* 1.5 s at least (one round trip), in slices of 100 ms. */
+        CU_ASSERT(txn_waits >= 10);
+        CU_ASSERT(txn_waits <= 100);
+        txn_mock_close(&t);
 }
 
 int test_kafka_register(void) {
@@ -265,6 +307,7 @@ int test_kafka_register(void) {
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
+                { "txn_commit_calls_waiting", test_kafka_txn_commit_calls_waiting },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("kafka", tests);
