@@ -91,7 +91,6 @@ typedef struct produce_images {
         size_t n;
 } produce_images_t;
 
-#define PRODUCE_IMAGE_MAX_BYTES ((size_t)20 << 20)      /* [decode] max_bytes' default */
 #define PRODUCE_GEN_MAX_SIDE 640
 typedef enum produce_payload { PAYLOAD_TILES, PAYLOAD_RANDOM } produce_payload_t;
 
@@ -328,7 +327,7 @@ static int load_images(produce_opts_t *o) {
         o->images.data = calloc(n ? n : 1, sizeof(*o->images.data));
         o->images.len = calloc(n ? n : 1, sizeof(*o->images.len));
         o->images.kind = calloc(n ? n : 1, sizeof(*o->images.kind));
-        if (decode_new(&dec, DECODE_DEFAULT_MAX_PIXELS, PRODUCE_IMAGE_MAX_BYTES, false, NULL) < 0) {
+        if (decode_new(&dec, DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES, false, NULL) < 0) {
                 fprintf(stderr, "inferd-produce: out of memory\n");
                 return -ENOMEM;
         }
@@ -343,7 +342,7 @@ static int load_images(produce_opts_t *o) {
                 snprintf(path, sizeof(path), "%s/%s", o->images_dir, names[i]);
                 f = fopen(path, "rb");
                 if (!f || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 8 ||
-                    (size_t)size > PRODUCE_IMAGE_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
+                    (size_t)size > DECODE_DEFAULT_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
                         if (f)
                                 fclose(f);
                         continue;       /* not a file, or not an image's size: skipped */
@@ -482,7 +481,7 @@ static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, 
                                 len = o->images.len[i % o->images.n];
                                 memcpy(buf, o->images.data[i % o->images.n], len);
                         } else
-                                len = make_encoded(fmt, &s, buf, PRODUCE_IMAGE_MAX_BYTES);
+                                len = make_encoded(fmt, &s, buf, DECODE_DEFAULT_MAX_BYTES);
                         *ct = header ? record_format_mime(format_record(fmt)) : NULL;
                         if (fmt == FORMAT_JPEG)
                                 st->jpeg++;
@@ -818,7 +817,7 @@ int main(int argc, char **argv) {
         conf = NULL;    /* owned by rk now */
 
         /* Room for any record: an image file of --images, or a generated one. */
-        buf = malloc(PRODUCE_IMAGE_MAX_BYTES + 65536);
+        buf = malloc(DECODE_DEFAULT_MAX_BYTES + 65536);
         if (!buf) {
                 fprintf(stderr, "inferd-produce: out of memory\n");
                 goto out;

@@ -37,8 +37,11 @@
 #include "core/plan.h"
 #include "core/record.h"
 
-#define DECODE_DEFAULT_MAX_PIXELS 50000000ULL
-#define DECODE_DEFAULT_MAX_BYTES ((size_t)20 << 20)
+/* The [decode] defaults, in one place: cfg_table.c writes the table's
+ * default texts from these macros, so they stay plain numbers. */
+#define DECODE_DEFAULT_MAX_PIXELS 50000000
+#define DECODE_DEFAULT_MAX_BYTES_MIB 20
+#define DECODE_DEFAULT_MAX_BYTES ((size_t)DECODE_DEFAULT_MAX_BYTES_MIB << 20)
 
 typedef struct decode decode_t;
 
