@@ -210,10 +210,11 @@ bool cfg_value_is_reference(const char *value);
  * $CREDENTIALS_DIRECTORY) or -ENAMETOOLONG with a sentence in err. */
 int cfg_reference_path(const char *value, char *path, size_t len, errbuf_t *err);
 
-/* Reads a regular file of at most 1MiB, without its trailing newline, into
- * *ret (malloc'd, NUL-terminated; free it). Errors name the path:
- * "cannot read '<path>': <reason>". */
-int cfg_read_file_text(const char *path, char **ret, errbuf_t *err);
+/* Reads a secret's or a key's file (textfile_read: a regular file of at
+ * most 1MiB) without its trailing newline into *ret (malloc'd,
+ * NUL-terminated; free it). A NUL byte in it is an error. what names the
+ * file in the sentence ("<path>: the <what> is a FIFO, ..."). */
+int cfg_read_file_text(const char *path, const char *what, char **ret, errbuf_t *err);
 
 /* 0 when path is a regular file this process can open for reading, else
  * -errno and "cannot read '<path>': <reason>". */

@@ -23,8 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/textfile.h"
+
 /* The largest file:/credential: value read: a PEM key chain is a few KiB. */
-#define CFG_SECRET_FILE_MAX_BYTES (1u << 20)
+#define CFG_SECRET_FILE_MAX_BYTES TEXTFILE_MAX_BYTES
 
 #define CFG_PREFIX_FILE "file:"
 #define CFG_PREFIX_CREDENTIAL "credential:"
@@ -79,63 +81,27 @@ int cfg_reference_path(const char *value, char *path, size_t len, errbuf_t *err)
         return 0;
 }
 
-int cfg_read_file_text(const char *path, char **ret, errbuf_t *err) {
-        struct stat st;
+int cfg_read_file_text(const char *path, const char *what, char **ret, errbuf_t *err) {
         char *buf = NULL;
-        ssize_t n;
-        size_t got = 0;
-        int fd, r;
+        size_t len = 0;
+        int r;
 
-        /* O_NONBLOCK: a FIFO's open would wait for a writer for good. */
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0)
-                return errbuf_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-        if (fstat(fd, &st) < 0) {
-                r = errbuf_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-                goto fail;
-        }
-        if (!S_ISREG(st.st_mode)) {
-                r = errbuf_set(err, -EINVAL, "cannot read '%s': not a regular file", path);
-                goto fail;
-        }
-        if ((uint64_t)st.st_size > CFG_SECRET_FILE_MAX_BYTES) {
-                r = errbuf_set(err, -EFBIG, "cannot read '%s': larger than 1MiB", path);
-                goto fail;
-        }
-        buf = malloc((size_t)st.st_size + 1);
-        if (!buf) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        while (got < (size_t)st.st_size && (n = read(fd, buf + got, (size_t)st.st_size - got)) != 0) {
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = errbuf_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-                        goto fail;
-                }
-                got += (size_t)n;
-        }
-        buf[got] = '\0';
-        if (strlen(buf) != got) {
-                r = errbuf_set(err, -EINVAL, "cannot use '%s': it holds a NUL byte", path);
-                goto fail;
+        r = textfile_read(path, CFG_SECRET_FILE_MAX_BYTES, what, &buf, &len, err);
+        if (r < 0)
+                return r;
+        if (strlen(buf) != len) {
+                r = errbuf_set(err, -EINVAL, "%s: the %s holds a NUL byte", path, what);
+                explicit_bzero(buf, len);
+                free(buf);
+                return r;
         }
         /* The trailing newline that editors and `echo` add is not part of it. */
-        if (got && buf[got - 1] == '\n')
-                buf[--got] = '\0';
-        if (got && buf[got - 1] == '\r')
-                buf[--got] = '\0';
-        close(fd);
+        if (len && buf[len - 1] == '\n')
+                buf[--len] = '\0';
+        if (len && buf[len - 1] == '\r')
+                buf[--len] = '\0';
         *ret = buf;
         return 0;
-fail:
-        if (buf) {
-                explicit_bzero(buf, (size_t)st.st_size + 1);
-                free(buf);
-        }
-        close(fd);
-        return r;
 }
 
 int cfg_check_readable(const char *path, errbuf_t *err) {
@@ -177,7 +143,7 @@ int cfg_resolve_passthrough(const char *name, const char *written, char **value,
                 *value = strdup(path);
                 return *value ? 0 : -ENOMEM;
         }
-        return cfg_read_file_text(path, value, err);
+        return cfg_read_file_text(path, cfg_key_is_secret(name) ? "secret's file" : "value's file", value, err);
 }
 
 /* [metrics]: the TLS pair comes together, and the files it names can be

@@ -292,8 +292,8 @@ static int httpd_load_security(httpd_t *h, const httpd_security_t *sec, errbuf_t
         if (sec->tls_cert_path && sec->tls_key_path) {
                 if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
                         return errbuf_set(err, -EOPNOTSUPP, "this libmicrohttpd has no TLS (GnuTLS) support");
-                if ((r = cfg_read_file_text(sec->tls_cert_path, &h->tls_cert, err)) < 0 ||
-                    (r = cfg_read_file_text(sec->tls_key_path, &h->tls_key, err)) < 0)
+                if ((r = cfg_read_file_text(sec->tls_cert_path, "TLS certificate file", &h->tls_cert, err)) < 0 ||
+                    (r = cfg_read_file_text(sec->tls_key_path, "TLS key file", &h->tls_key, err)) < 0)
                         return r;
         }
         if (sec->users_path) {

@@ -63,7 +63,7 @@ int httpd_auth_load(httpd_auth_t **ret, const char *path, errbuf_t *err) {
         unsigned lineno = 0;
         int r;
 
-        r = cfg_read_file_text(path, &text, err);
+        r = cfg_read_file_text(path, "basic auth users file", &text, err);
         if (r < 0)
                 return r;
         a = calloc(1, sizeof(*a));

@@ -153,16 +153,16 @@ static void test_cfg_secret_file_and_credential(void) {
         /* A missing file: an error naming the key and the file. */
         snprintf(text, sizeof(text), WEIGHTS "[kafka.client]\nsasl.password = file:%s/nope\n", dir);
         CU_ASSERT_EQUAL(load(text, &c, &err), -ENOENT);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "inferd.ini: [kafka.client] sasl.password: cannot read '"));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nope': No such file or directory"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "inferd.ini: [kafka.client] sasl.password: /"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nope: cannot open the secret's file: No such file or directory"));
         /* A missing certificate named directly. */
         snprintf(text, sizeof(text), WEIGHTS "[kafka.producer]\nssl.certificate.location = %s/client.pem\n", dir);
         CU_ASSERT_EQUAL(load(text, &c, &err), -ENOENT);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[kafka.producer] ssl.certificate.location: cannot read '"));
         /* An unknown credential, and no credentials directory at all. */
         CU_ASSERT_EQUAL(load(WEIGHTS "[kafka.client]\nsasl.password = credential:other\n", &c, &err), -ENOENT);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[kafka.client] sasl.password: cannot read '"));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/creds/other'"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[kafka.client] sasl.password: /"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/creds/other: cannot open the secret's file"));
         unsetenv("CREDENTIALS_DIRECTORY");
         CU_ASSERT_EQUAL(load(WEIGHTS "[kafka.client]\nsasl.password = credential:key-password\n", &c, &err),
                         -ENOENT);
@@ -170,8 +170,22 @@ static void test_cfg_secret_file_and_credential(void) {
         CU_ASSERT_EQUAL(load(WEIGHTS "[kafka.client]\nsasl.password = credential:../x\n", &c, &err), -EINVAL);
         /* A directory is not a secret's file. */
         snprintf(text, sizeof(text), WEIGHTS "[kafka.client]\nsasl.password = file:%s\n", dir);
-        CU_ASSERT_EQUAL(load(text, &c, &err), -EINVAL);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a regular file"));
+        CU_ASSERT_EQUAL(load(text, &c, &err), -EISDIR);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the secret's file is a directory, not a regular file"));
+        /* A NUL byte would cut the secret short: refused. */
+        {
+                char nul[128];
+                FILE *f;
+
+                snprintf(nul, sizeof(nul), "%s/nul", dir);
+                f = fopen(nul, "w");
+                CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+                fwrite("ab\0cd\n", 1, 6, f);
+                fclose(f);
+                snprintf(text, sizeof(text), WEIGHTS "[kafka.client]\nsasl.password = file:%s\n", nul);
+                CU_ASSERT_EQUAL(load(text, &c, &err), -EINVAL);
+                CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nul: the secret's file holds a NUL byte"));
+        }
         dir_remove();
 }
 
