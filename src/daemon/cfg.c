@@ -1,10 +1,11 @@
 /* cfg: the INI configuration, driven by one table of keys. See cfg.h.
  *
- * The table below is the single source of truth: cfg_load parses and checks
- * every value with it, defaults are its default texts run through the same
- * parser, cfg_diff walks it, and cfg_write_reference prints it as the
- * reference in docs/config.md. It is not a general INI library (iniparser is)
- * and it never logs. */
+ * The table (cfg_table.c) is the single source of truth: cfg_load parses and
+ * checks every value with it, defaults are its default texts run through
+ * the same parser, cfg_diff walks it, cfg_apply runs a live row's hook and
+ * copies its field, and cfg_write_reference prints it as the reference in
+ * docs/config.md. It is not a general INI library (iniparser is) and it
+ * never logs. */
 #include "daemon/cfg.h"
 
 #include <assert.h>
@@ -15,187 +16,12 @@
 #include <string.h>
 #include <syslog.h>
 
-
 #include <iniparser.h>
 
 #include "core/textfile.h"
 #include "core/units.h"
 #include "daemon/cfg_lines.h"
-
-typedef enum cfg_type {
-        CFG_T_STRING,           /* non-empty text */
-        CFG_T_TOPIC,            /* a Kafka topic name */
-        CFG_T_PATH,             /* a file path; "" allowed only where optional */
-        CFG_T_INT,              /* a decimal integer in [min, max] */
-        CFG_T_SIZE,             /* a byte count with a suffix, in [min, max] bytes */
-        CFG_T_BUDGET,           /* a SIZE in [min, max], or a percentage in (0, 100] */
-        CFG_T_LOG_LEVEL,
-        CFG_T_BACKEND,
-        CFG_T_PRECISION,
-        CFG_T_BOOL,             /* yes or no */
-        CFG_T_DELIVERY,         /* at-least-once or exactly-once */
-        CFG_T_LISTEN,           /* host:port, or "" for off */
-        CFG_T_DURATION,         /* a duration with a unit ("90s", "10m") or 0, in [min, max] ms */
-        CFG_T_AGE_ACTION,       /* dlq or skip */
-        CFG_T_BROKERS,          /* host:port[,host:port...] */
-} cfg_type_t;
-
-typedef struct cfg_key {
-        const char *section;
-        const char *name;
-        cfg_type_t type;
-        const char *def;        /* as a file would say it; NULL = required */
-        int64_t min, max;       /* CFG_T_INT: the value; CFG_T_SIZE / CFG_T_BUDGET: bytes; CFG_T_DURATION: ms */
-        bool live;              /* may change on SIGHUP without a restart */
-        bool optional;          /* CFG_T_PATH: "" means none */
-        size_t offset;          /* of the field in cfg_t */
-        size_t size;            /* of the field, for the text types */
-        const char *description;
-} cfg_key_t;
-
-#define F(f) offsetof(cfg_t, f), sizeof(((cfg_t *)0)->f)
-#define KiB ((int64_t)1 << 10)
-#define MiB ((int64_t)1 << 20)
-#define GiB ((int64_t)1 << 30)
-#define TiB ((int64_t)1 << 40)
-
-static const cfg_key_t cfg_keys[] = {
-        { "service", "instance", CFG_T_STRING, "default", 0, 0, false, false, F(service.instance),
-          "Instance name (the colour, e.g. blue), copied into every prediction and log line." },
-        { "service", "trace_headers", CFG_T_BOOL, "yes", 0, 0, true, false, F(service.trace_headers),
-          "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is. (A DLQ copy keeps every header of its record, these too, whatever this says.)" },
-        { "service", "timing_header", CFG_T_BOOL, "no", 0, 0, true, false, F(service.timing_header),
-          "Add an inferd-timing header to every prediction: the record's milliseconds in each stage, queue=...;decode=...;batch_wait=...;engine=...;produce=... (produce: from the engine's results to the hand-over to the producer)." },
-        { "service", "log_level", CFG_T_LOG_LEVEL, "info", 0, 0, true, false, F(service.log_level),
-          "Least severe message logged." },
-        { "service", "top_k", CFG_T_INT, "5", 1, 1000, true, false, F(service.top_k),
-          "Classes per prediction, most probable first; at most the model's class count (more is refused at start and on reload)." },
-
-        { "kafka", "brokers", CFG_T_BROKERS, "localhost:9092", 0, 0, false, false, F(kafka.brokers),
-          "Bootstrap servers, host:port[,host:port...]." },
-        { "kafka", "group_id", CFG_T_STRING, "inferd", 0, 0, false, false, F(kafka.group_id),
-          "Consumer group; instances in one group share the input partitions." },
-        { "kafka", "input_topic", CFG_T_TOPIC, "images", 0, 0, false, false, F(kafka.input_topic),
-          "Topic the images are read from." },
-        { "kafka", "output_topic", CFG_T_TOPIC, "predictions", 0, 0, false, false, F(kafka.output_topic),
-          "Topic the predictions are written to (one per input record, same key)." },
-        { "kafka", "dlq_topic", CFG_T_TOPIC, "images.dlq", 0, 0, false, false, F(kafka.dlq_topic),
-          "Dead-letter topic for records that cannot be classified, with inferd-error headers." },
-        { "kafka", "static_membership", CFG_T_BOOL, "no", 0, 0, false, false, F(kafka.static_membership),
-          "yes sets group.instance.id to <group_id>-<instance>: a restart within session.timeout.ms "
-          "keeps the partitions without a rebalance." },
-        { "kafka", "delivery", CFG_T_DELIVERY, "at-least-once", 0, 0, false, false, F(kafka.delivery),
-          "exactly-once puts each batch's predictions, DLQ copies and consumed offsets in one Kafka "
-          "transaction (transactional.id <group_id>-<instance>-<input_topic>), so a read_committed "
-          "consumer sees each input once." },
-        { "kafka", "transaction_max_ms", CFG_T_INT, "100", 0, 60000, false, false, F(kafka.transaction_max_ms),
-          "exactly-once: a transaction gathers the batches completed within this long, then commits "
-          "(0: one transaction per batch)." },
-
-        { "model", "weights", CFG_T_PATH, NULL, 0, 0, true, false, F(model.weights),
-          "A torchvision ResNet's safetensors file (state_dict names; F32, F16 or BF16): resnet18, 34, 50, 101, 152, wide_resnet50_2 or 101_2, any class count, detected from the file. Live: a new file is swapped in place (validated first, never two weight sets on the device), and may change the architecture and the class count." },
-        { "model", "labels", CFG_T_PATH, "", 0, 0, true, true, F(model.labels),
-          "Class labels, one per line: exactly as many lines as the model has classes; empty for none. Live: read again with a model swap in place." },
-        { "model", "precision", CFG_T_PRECISION, "fp16", 0, 0, true, false, F(model.precision),
-          "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32. Live: by a model swap in place, within the arena allocated at start." },
-
-        { "engine", "backend", CFG_T_BACKEND, "auto", 0, 0, false, false, F(engine.backend),
-          "auto takes CUDA when a device is present, else the CPU." },
-        { "engine", "device", CFG_T_INT, "0", 0, 63, false, false, F(engine.device),
-          "CUDA device ordinal." },
-        { "engine", "threads", CFG_T_INT, "0", 0, 1024, false, false, F(engine.threads),
-          "The CPU engine's threads (oneDNN's OpenMP threads). 0: OpenMP's default, OMP_NUM_THREADS or else the cores inferd may run on. The decode threads take a core only while they decode, about a seventh of one at the CPU engine's rate; set threads to the cores less [decode] threads to keep the two apart." },
-
-        { "memory", "gpu_budget", CFG_T_BUDGET, "70%", 1 * MiB, 1 * TiB, true, false, F(memory.gpu_budget),
-          "Device memory the plan may use: a SIZE or a percentage of the device's memory. Live: by a model swap in place, whose plan charges the whole arena allocated at start (kept until a restart, whatever batch the swap carves from it): a budget too small for it is refused; the batch never goes above the one at start." },
-        { "memory", "host_budget", CFG_T_SIZE, "2GiB", 1 * MiB, 1 * TiB, true, false,
-          F(memory.host_budget_bytes),
-          "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged; it is at least 10MiB, and at least what lets the prefetch queue hold the back-pressure hold's records (one full batch of float32 records per slot, or a second at max_images_per_s when more) beside 6MiB for the other two: a smaller budget lowers the batch. inferd --plan shows the three. Live: by a model swap in place, whose plan must hold the pinned buffers allocated at start (kept until a restart, whatever batch the swap carves from them) and the decode threads running since start (the decode pool is never resized): a budget too small for them is refused; librdkafka's limits stay as at start." },
-        { "memory", "max_batch", CFG_T_INT, "256", 1, 4096, true, false, F(memory.max_batch),
-          "Upper bound on the batch; the plan may choose less. Live only up to the plan's batch." },
-
-        { "batching", "max_delay_ms", CFG_T_INT, "5", 0, 10000, true, false, F(batching.max_delay_ms),
-          "A partial batch is submitted after this long." },
-
-        { "batching", "max_images_per_s", CFG_T_INT, "0", 0, 10000000, true, false, F(batching.max_images_per_s),
-          "Throughput cap in images a second: a token bucket one batch deep before batch submission; at the cap the daemon takes no more records, as under back-pressure. 0 = no cap." },
-        { "batching", "max_record_age", CFG_T_DURATION, "0", 0, 366LL * 24 * 3600 * 1000, true, false,
-          F(batching.max_record_age_ms),
-          "A deadline on records: one whose Kafka timestamp is older than this when it is taken is not run (max_record_age_action says what happens to it) and its offset is committed. A duration with a unit (90s, 10m, 1h); 0 = off. A timestamp in the future (clock skew) never expires." },
-        { "batching", "max_record_age_action", CFG_T_AGE_ACTION, "dlq", 0, 0, true, false,
-          F(batching.max_record_age_action),
-          "What happens to a record past max_record_age: dlq sends it to the DLQ with inferd-error expired and its age in inferd-error-detail; skip commits it with no copy anywhere, counted in inferd_records_total{outcome=\"expired\"}." },
-
-        { "drain", "timeout_s", CFG_T_INT, "30", 1, 3600, false, false, F(drain.timeout_s),
-          "On SIGTERM, time allowed to finish the batches in flight, flush and commit." },
-
-        { "metrics", "listen", CFG_T_LISTEN, "127.0.0.1:9464", 0, 0, false, false, F(metrics.listen),
-          "Address of the HTTP endpoint (GET /metrics, /livez, /readyz, /healthz), host:port; empty turns it off. Two "
-          "instances on one host need different ports (blue 9464, green 9465)." },
-        { "metrics", "tls_cert", CFG_T_PATH, "", 0, 0, false, true, F(metrics.tls_cert),
-          "PEM certificate (chain) of the endpoint: with tls_key, it serves HTTPS only (a plain-HTTP "
-          "request is refused). May be credential:NAME. Read at start: rotate by a restart." },
-        { "metrics", "tls_key", CFG_T_PATH, "", 0, 0, false, true, F(metrics.tls_key),
-          "PEM private key (unencrypted) of tls_cert; keep it readable by the service only (credential:NAME "
-          "suits it)." },
-        { "metrics", "basic_auth_users", CFG_T_PATH, "", 0, 0, false, true, F(metrics.basic_auth_users),
-          "File of user:bcrypt-hash lines (htpasswd -nB, as Prometheus's web config): GET /metrics then needs "
-          "HTTP basic auth (401 otherwise). May be credential:NAME. Use it with TLS: basic auth over plain "
-          "HTTP sends the password in clear." },
-        { "metrics", "auth_healthz", CFG_T_BOOL, "no", 0, 0, false, false, F(metrics.auth_healthz),
-          "yes: the probes (/healthz, /livez, /readyz) need basic auth too; no leaves them open for "
-          "load balancers and kubelets (they tell only whether the daemon is alive and ready, and why not)." },
-        { "metrics", "max_connections", CFG_T_INT, "32", 1, 10000, false, false, F(metrics.max_connections),
-          "Connections the endpoint holds at once; one more is accepted and closed at once. A scraper or a "
-          "health check holds one for milliseconds (or one kept alive between scrapes)." },
-        { "metrics", "max_connections_per_ip", CFG_T_INT, "8", 0, 10000, false, false,
-          F(metrics.max_connections_per_ip),
-          "Connections one client address may hold at once, so that one client cannot take them all; "
-          "0: only max_connections." },
-        { "metrics", "timeout_s", CFG_T_INT, "10", 1, 3600, false, false, F(metrics.timeout_s),
-          "A connection idle this long is closed (Prometheus's default scrape_timeout is 10 s). A "
-          "client that sends a byte now and then stays, within the connection limits." },
-
-        { "decode", "threads", CFG_T_INT, "0", 0, 256, false, false, F(decode.threads),
-          "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value." },
-        { "decode", "max_pixels", CFG_T_INT, "50000000", 1, 2147483647, false, false, F(decode.max_pixels),
-          "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding. Sizes the decode threads' buffers at start; a model swap's plan charges them as made." },
-        { "decode", "max_bytes", CFG_T_SIZE, "20MiB", 1 * KiB, 1 * GiB, false, false, F(decode.max_bytes),
-          "Largest encoded (JPEG/PNG/WebP) record accepted; more is refused as too-large." },
-        { "decode", "fast", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.fast),
-          "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in README.md); smaller JPEGs and PNGs are unaffected." },
-        { "decode", "exif_orientation", CFG_T_BOOL, "no", 0, 0, false, false, F(decode.exif_orientation),
-          "Turn each JPEG, PNG or WebP as its EXIF orientation tag says (the eight orientations: flips and quarter turns) before the resize, as PIL's ImageOps.exif_transpose does, so that a phone's portrait photograph is classified upright. no (the default) ignores the tag, as torchvision does: the records are then identical to torchvision's. An EXIF block that cannot be read is ignored (the image is decoded as stored)." },
-        { "decode", "max_scan_megapixels", CFG_T_INT, "2500", 0, 2147483647, false, false,
-          F(decode.max_scan_megapixels),
-          "The decode cost limit: a JPEG whose scans times its megapixels is over this is refused as too-costly before it is decoded (its scans are counted from its markers). A usual progressive JPEG has 10 scans, a baseline one 1; 499 nearly empty scans of a 49 MP image took 4.8 s and held up the records around it. 0: no limit." },
-};
-
-#define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
-
-static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
-                                             "metrics", "decode" };
-#define CFG_SECTION_CLIENT "kafka.client"
-#define CFG_SECTION_CONSUMER "kafka.consumer"
-#define CFG_SECTION_PRODUCER "kafka.producer"
-
-/* Passthrough keys that inferd sets itself: a file may not override them. */
-static const struct {
-        const char *section;
-        const char *name;
-        const char *why;
-} cfg_reserved[] = {
-        { CFG_SECTION_CONSUMER, "bootstrap.servers", "set [kafka] brokers instead" },
-        { CFG_SECTION_CONSUMER, "metadata.broker.list", "set [kafka] brokers instead" },
-        { CFG_SECTION_CONSUMER, "group.id", "set [kafka] group_id instead" },
-        { CFG_SECTION_CONSUMER, "enable.auto.offset.store",
-          "inferd stores each offset itself, after its prediction is delivered" },
-        { CFG_SECTION_PRODUCER, "bootstrap.servers", "set [kafka] brokers instead" },
-        { CFG_SECTION_PRODUCER, "metadata.broker.list", "set [kafka] brokers instead" },
-        { CFG_SECTION_PRODUCER, "enable.idempotence", "inferd's producer is always idempotent" },
-        { CFG_SECTION_PRODUCER, "transactional.id", "set [kafka] delivery = exactly-once instead" },
-        { CFG_SECTION_CONSUMER, "group.instance.id", "set [kafka] static_membership = yes instead" },
-};
+#include "daemon/cfg_table.h"
 
 static const struct {
         const char *name;
@@ -258,20 +84,6 @@ static const char *cfg_format_bytes(uint64_t bytes, char *buf, size_t len) {
 
 static const char *cfg_where(const char *path) {
         return path && *path ? path : "(defaults)";
-}
-
-static const cfg_key_t *cfg_find_key(const char *section, const char *name) {
-        for (size_t i = 0; i < CFG_NKEYS; i++)
-                if (strcmp(cfg_keys[i].section, section) == 0 && strcmp(cfg_keys[i].name, name) == 0)
-                        return &cfg_keys[i];
-        return NULL;
-}
-
-static bool cfg_is_section(const char *s) {
-        for (size_t i = 0; i < sizeof(cfg_sections) / sizeof(cfg_sections[0]); i++)
-                if (strcmp(cfg_sections[i], s) == 0)
-                        return true;
-        return false;
 }
 
 /* Kafka's own rule: 1..249 characters of [a-zA-Z0-9._-], not "." or "..". */
@@ -561,7 +373,7 @@ int cfg_new_defaults(cfg_t **ret) {
 
         if (!c)
                 return -ENOMEM;
-        for (size_t i = 0; i < CFG_NKEYS; i++) {
+        for (size_t i = 0; i < cfg_nkeys; i++) {
                 int r;
 
                 if (!cfg_keys[i].def)
@@ -578,7 +390,7 @@ static int cfg_check_passthrough(const char *path, const char *section, const ch
         /* [kafka.client] reaches both clients: the keys of either are reserved. */
         bool client = strcmp(section, CFG_SECTION_CLIENT) == 0;
 
-        for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
+        for (size_t i = 0; i < cfg_nreserved; i++)
                 if ((client || strcmp(cfg_reserved[i].section, section) == 0) &&
                     strcmp(cfg_reserved[i].name, name) == 0)
                         return errbuf_set(err, -EINVAL, "%s: [%s] %s: may not be set here: %s", path, section,
@@ -598,7 +410,7 @@ static cfg_kv_list_t *cfg_passthrough_list(cfg_t *c, const char *section) {
 }
 
 int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
-        bool seen[CFG_NKEYS] = { false };
+        bool seen[CFG_KEYS_MAX] = { false };
         dictionary *d = NULL;
         cfg_t *c = NULL;
         char *text = NULL;
@@ -687,7 +499,7 @@ int cfg_load(cfg_t **ret, const char *path, errbuf_t *err) {
                 }
                 seen[k - cfg_keys] = true;
         }
-        for (size_t i = 0; i < CFG_NKEYS; i++)
+        for (size_t i = 0; i < cfg_nkeys; i++)
                 if (!cfg_keys[i].def && !seen[i]) {
                         r = errbuf_set(err, -EINVAL, "%s: [%s] %s: required key is missing", path,
                                        cfg_keys[i].section, cfg_keys[i].name);
@@ -706,18 +518,13 @@ fail:
         return r;
 }
 
-bool cfg_key_is_live(const char *section, const char *key) {
-        const cfg_key_t *k = cfg_find_key(section, key);
-
-        return k && k->live;
-}
-
 static void cfg_add_change(cfg_change_t *changes, size_t max, size_t *n, const char *section, const char *key,
-                           bool live) {
+                           cfg_reload_t reload) {
         if (*n < max) {
                 snprintf(changes[*n].section, sizeof(changes[*n].section), "%s", section);
                 snprintf(changes[*n].key, sizeof(changes[*n].key), "%s", key);
-                changes[*n].live = live;
+                changes[*n].reload = reload;
+                changes[*n].live = reload != CFG_RELOAD_RESTART;
         }
         (*n)++;
 }
@@ -736,28 +543,56 @@ static void cfg_diff_kv(const char *section, const cfg_kv_list_t *a, const cfg_k
                 const char *old = cfg_kv_find(a, b->items[i].name);
 
                 if (!old || strcmp(old, b->items[i].value) != 0)
-                        cfg_add_change(changes, max, n, section, b->items[i].name, false);
+                        cfg_add_change(changes, max, n, section, b->items[i].name, CFG_RELOAD_RESTART);
         }
         for (size_t i = 0; i < a->n; i++)
                 if (!cfg_kv_find(b, a->items[i].name))
-                        cfg_add_change(changes, max, n, section, a->items[i].name, false);
+                        cfg_add_change(changes, max, n, section, a->items[i].name, CFG_RELOAD_RESTART);
 }
 
 int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t max, size_t *n) {
         assert(old && new && n && (changes || max == 0));
 
         *n = 0;
-        for (size_t i = 0; i < CFG_NKEYS; i++) {
+        for (size_t i = 0; i < cfg_nkeys; i++) {
                 char a[64], b[64];
 
                 if (strcmp(cfg_format_value(&cfg_keys[i], old, a, sizeof(a)),
                            cfg_format_value(&cfg_keys[i], new, b, sizeof(b))) != 0)
-                        cfg_add_change(changes, max, n, cfg_keys[i].section, cfg_keys[i].name, cfg_keys[i].live);
+                        cfg_add_change(changes, max, n, cfg_keys[i].section, cfg_keys[i].name, cfg_keys[i].reload);
         }
         cfg_diff_kv(CFG_SECTION_CLIENT, &old->kafka_client, &new->kafka_client, changes, max, n);
         cfg_diff_kv(CFG_SECTION_CONSUMER, &old->kafka_consumer, &new->kafka_consumer, changes, max, n);
         cfg_diff_kv(CFG_SECTION_PRODUCER, &old->kafka_producer, &new->kafka_producer, changes, max, n);
         return 0;
+}
+
+/* The field of k in c. */
+static void cfg_copy_key(const cfg_key_t *k, cfg_t *dst, const cfg_t *src) {
+        memcpy((char *)dst + k->offset, (const char *)src + k->offset, k->size);
+}
+
+int cfg_apply(const cfg_change_t *ch, cfg_t *running, const cfg_t *next, const cfg_live_ops_t *ops,
+              errbuf_t *why) {
+        const cfg_key_t *k = cfg_find_key(ch->section, ch->key);
+        int r;
+
+        assert(running && next && ops);
+        if (!k || k->reload == CFG_RELOAD_RESTART)
+                return -EPERM;
+        if (!k->apply)
+                return -EAGAIN;         /* a SWAP key only a swap takes */
+        r = k->apply(ops, next, why);
+        if (r < 0)
+                return r;
+        cfg_copy_key(k, running, next);
+        return 0;
+}
+
+void cfg_copy_class(cfg_t *dst, const cfg_t *src, cfg_reload_t reload) {
+        for (size_t i = 0; i < cfg_nkeys; i++)
+                if (cfg_keys[i].reload == reload)
+                        cfg_copy_key(&cfg_keys[i], dst, src);
 }
 
 static int cfg_kafka_apply_list(const cfg_t *c, const char *section, const cfg_kv_list_t *l, rd_kafka_conf_t *conf,
@@ -856,25 +691,28 @@ int cfg_write_reference(FILE *out) {
                 "another value is an error naming both lines (the same value twice is not). A NUL\n"
                 "byte is an error.\n"
                 "\n"
-                "**Live** keys take effect on `systemctl reload` (SIGHUP). A change to any other key is\n"
-                "logged as needing a restart and is not applied.\n"
+                "The Reload column says what `systemctl reload` (SIGHUP) does with a changed key:\n"
+                "**live**, applied at once; **swap**, taken by a model swap in place (the new weights\n"
+                "loaded and checked beside the running ones, the pipeline drained, the plan made again,\n"
+                "the old weights replaced; a refused swap changes nothing); **restart**, logged as\n"
+                "needing a restart and not applied.\n"
                 "\n"
                 "A SIZE is a byte count with an optional suffix `KiB`, `MiB`, `GiB` or `TiB` (also `K`,\n"
                 "`M`, `G`, `T`; binary), e.g. `512MiB` or `1.5GiB`. A percentage (`70%%`) is of the\n"
                 "device's total memory. A duration is a whole number with a unit, `ms`, `s`, `m`, `h`\n"
                 "or `d` (`90s`, `10m`), or `0`.\n"
                 "\n"
-                "| Section | Key | Type | Default | Range | Live | Description |\n"
+                "| Section | Key | Type | Default | Range | Reload | Description |\n"
                 "|---|---|---|---|---|---|---|\n",
                 CFG_LINE_MAX);
-        for (size_t i = 0; i < CFG_NKEYS; i++) {
+        for (size_t i = 0; i < cfg_nkeys; i++) {
                 const cfg_key_t *k = &cfg_keys[i];
                 char range[96];
 
                 fprintf(out, "| `[%s]` | `%s` | %s | %s%s%s | %s | %s | %s |\n", k->section, k->name,
                         cfg_type_name(k->type), k->def ? (*k->def ? "`" : "") : "",
                         k->def ? (*k->def ? k->def : "(empty)") : "(required)", k->def && *k->def ? "`" : "",
-                        cfg_range_text(k, range, sizeof(range)), k->live ? "yes" : "no", k->description);
+                        cfg_range_text(k, range, sizeof(range)), cfg_reload_name(k->reload), k->description);
         }
         fprintf(out,
                 "\n"
@@ -887,8 +725,8 @@ int cfg_write_reference(FILE *out) {
                 "`[kafka.consumer]` or `[kafka.producer]`, which override it per client. Security\n"
                 "settings (`security.protocol`, `ssl.*`, `sasl.*`) belong in `[kafka.client]`.\n"
                 "librdkafka checks them when the daemon starts (and `inferd --check-config` does too);\n"
-                "its error text is reported with the file, the section and the key. They are never\n"
-                "live: a change needs a restart.\n"
+                "its error text is reported with the file, the section and the key. A change to them\n"
+                "needs a restart.\n"
                 "\n"
                 "Any value may be written `file:PATH` (the file's content, its trailing newline\n"
                 "removed) or `credential:NAME` (the file `NAME` in `$CREDENTIALS_DIRECTORY`, which\n"
@@ -902,7 +740,7 @@ int cfg_write_reference(FILE *out) {
                 "plain text in a file that every user can read. inferd sets these itself, and a file\n"
                 "may not (in `[kafka.client]`, none of them):\n"
                 "\n");
-        for (size_t i = 0; i < sizeof(cfg_reserved) / sizeof(cfg_reserved[0]); i++)
+        for (size_t i = 0; i < cfg_nreserved; i++)
                 fprintf(out, "- `[%s]` `%s`: %s.\n", cfg_reserved[i].section, cfg_reserved[i].name,
                         cfg_reserved[i].why);
         return ferror(out) ? -EIO : 0;
@@ -924,7 +762,7 @@ static void cfg_write_kv(FILE *out, const char *section, const cfg_kv_list_t *l)
 int cfg_write_ini(const cfg_t *c, FILE *out) {
         const char *section = NULL;
 
-        for (size_t i = 0; i < CFG_NKEYS; i++) {
+        for (size_t i = 0; i < cfg_nkeys; i++) {
                 const cfg_key_t *k = &cfg_keys[i];
                 char buf[64];
 

@@ -1,8 +1,9 @@
 /* cfg: the daemon's INI configuration (/etc/inferd/<instance>.ini).
  *
- * One static table of keys (section, name, type, default, bounds, live or
- * not, description) drives parsing, validation, defaults, the reload diff and
- * the generated reference (docs/config.md). Unknown sections, unknown keys and
+ * One static table of keys (cfg_table.c: section, name, type, default,
+ * bounds, reload class, description) drives parsing, validation, defaults,
+ * the reload (the diff, and each live key's apply hook) and the generated
+ * reference (docs/config.md). Unknown sections, unknown keys and
  * bad values are errors, and every error sentence names the file, the section
  * and the key: "/etc/inferd/blue.ini: [memory] gpu_budget: '170%' is not a
  * size or a percentage in (0, 100]".
@@ -16,9 +17,10 @@
  * value is never written out (cfg_write_ini prints "(secret)").
  *
  * This module reads and checks a file; it does not log, resolve "auto"
- * (backend, precision), measure devices, or decide what a reload does: the
- * daemon does, with cfg_diff() telling it which keys changed and whether each
- * of them may change live. */
+ * (backend, precision) or measure devices. On a reload, cfg_diff() says
+ * which keys changed and each one's reload class; cfg_apply() applies a
+ * live key to the running daemon through the setters the daemon hands it
+ * (cfg_live_ops_t), so this module never sees the daemon's insides. */
 #ifndef INFERD_CFG_H
 #define INFERD_CFG_H
 
@@ -167,25 +169,68 @@ int cfg_new_defaults(cfg_t **ret);
 /* cfg_free(NULL) is a no-op. */
 void cfg_free(cfg_t *c);
 
+/* How a change to a key is taken on SIGHUP; each table row has one. */
+typedef enum cfg_reload {
+        CFG_RELOAD_RESTART,             /* needs a restart: the change is logged and not applied */
+        CFG_RELOAD_LIVE,                /* applied at once by the row's apply hook (cfg_apply) */
+        CFG_RELOAD_SWAP,                /* taken by a model swap in place: drain, re-plan, new weights */
+} cfg_reload_t;
+
+/* "restart", "live" or "swap". */
+const char *cfg_reload_name(cfg_reload_t reload);
+
+/* The running daemon as the apply hooks see it: one setter for each setting
+ * that a live key changes, called with the new value and userdata. A setter
+ * returns 0 when the new value is in force (the daemon's setter may log a
+ * note, such as a value clamped to the plan), or -errno with why saying why
+ * the running value stays. The daemon fills it; a unit test fills it with
+ * recorders. */
+typedef struct cfg_live_ops {
+        void *userdata;
+        int (*set_log_level)(void *userdata, int priority, errbuf_t *why);
+        int (*set_top_k)(void *userdata, int top_k, errbuf_t *why);
+        int (*set_headers)(void *userdata, bool trace_headers, bool timing_header, errbuf_t *why);
+        int (*set_max_batch)(void *userdata, int max_batch, errbuf_t *why);
+        int (*set_max_delay_ms)(void *userdata, int max_delay_ms, errbuf_t *why);
+        int (*set_max_images_per_s)(void *userdata, int max_images_per_s, errbuf_t *why);
+        int (*set_max_record_age)(void *userdata, uint64_t max_record_age_ms, cfg_age_action_t action,
+                                  errbuf_t *why);
+        /* [model] precision, a swap key: 0 when the running engine takes the
+         * new precision without a swap (the CPU engine computes in fp32
+         * whatever it says), -EAGAIN when it needs one. */
+        int (*set_precision)(void *userdata, precision_t precision, errbuf_t *why);
+} cfg_live_ops_t;
+
 /* One key whose value differs between two configs. */
 typedef struct cfg_change {
         char section[32];               /* "memory", "kafka.consumer", ... */
         char key[128];
-        bool live;                      /* may change without a restart */
+        cfg_reload_t reload;            /* the row's class; RESTART for the passthrough sections */
+        bool live;                      /* reload != CFG_RELOAD_RESTART */
 } cfg_change_t;
 
 /* Compares old and new key by key, in table order and then the passthrough
  * sections (a key added, removed or changed there counts; passthrough keys
- * are never live, since librdkafka's handles must be rebuilt). Fills up to max
- * entries of changes (which may be NULL when max is 0) and sets *n to the
- * total number of changed keys, which may exceed max. Returns 0. A live
- * [memory] max_batch change is live only within the plan made at start: the
- * daemon clamps it to the plan's max_batch. */
+ * always need a restart, since librdkafka's handles must be rebuilt). Fills
+ * up to max entries of changes (which may be NULL when max is 0) and sets *n
+ * to the total number of changed keys, which may exceed max. Returns 0. */
 int cfg_diff(const cfg_t *old, const cfg_t *new, cfg_change_t *changes, size_t max, size_t *n);
 
-/* Whether [section] key is in the table and live; false for unknown keys and
- * the passthrough sections. */
-bool cfg_key_is_live(const char *section, const char *key);
+/* Applies ch, one change of cfg_diff(running, next), to the running daemon:
+ * the row's apply hook hands next's value to ops' setter, and when the
+ * setter takes it, the key's value is copied from next into running.
+ * Returns:
+ *   0        applied;
+ *   -EAGAIN  a SWAP key that its hook could not apply live (or that has no
+ *            hook): take it by a model swap; running is unchanged;
+ *   -EPERM   a RESTART key, a passthrough key or an unknown one;
+ *   the setter's -errno, with why: refused, running keeps its value. */
+int cfg_apply(const cfg_change_t *ch, cfg_t *running, const cfg_t *next, const cfg_live_ops_t *ops,
+              errbuf_t *why);
+
+/* Copies the value of every key of class reload from src into dst (a swap
+ * that succeeded takes its keys this way). */
+void cfg_copy_class(cfg_t *dst, const cfg_t *src, cfg_reload_t reload);
 
 /* Applies [kafka.client] and then [kafka.consumer] (producer == 0) or [kafka.producer] (producer != 0)
  * to conf with rd_kafka_conf_set, in file order. A key librdkafka refuses
@@ -242,7 +287,7 @@ const char *cfg_log_level_name(int priority);
 int cfg_log_level_from_string(const char *s, int *ret);
 
 /* Writes the reference of every table key as a markdown document (section,
- * key, type, default, range, live, description), the text of docs/config.md.
+ * key, type, default, range, reload class, description), the text of docs/config.md.
  * Returns 0 or -EIO. */
 int cfg_write_reference(FILE *out);
 
