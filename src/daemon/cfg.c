@@ -206,9 +206,6 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 if (strlen(v) >= k->size)
                         return errbuf_set(err, -EINVAL, "'%s' is too long", v);
                 strcpy(field, v);
-                /* The one key with a companion field. */
-                assert(k->offset == offsetof(cfg_t, memory.gpu_budget));
-                c->memory.gpu_budget_is_percent = units_is_percent(v);
                 return 0;
         }
 
@@ -524,7 +521,6 @@ static void cfg_add_change(cfg_change_t *changes, size_t max, size_t *n, const c
                 snprintf(changes[*n].section, sizeof(changes[*n].section), "%s", section);
                 snprintf(changes[*n].key, sizeof(changes[*n].key), "%s", key);
                 changes[*n].reload = reload;
-                changes[*n].live = reload != CFG_RELOAD_RESTART;
         }
         (*n)++;
 }

@@ -108,7 +108,6 @@ typedef struct cfg {
                  * (validated); resolve it with
                  * units_parse_budget(gpu_budget, device_bytes, &budget). */
                 char gpu_budget[64];
-                bool gpu_budget_is_percent;
                 uint64_t host_budget_bytes;
                 int max_batch;          /* 1..4096; an upper bound, the plan may be lower */
         } memory;
@@ -206,7 +205,6 @@ typedef struct cfg_change {
         char section[32];               /* "memory", "kafka.consumer", ... */
         char key[128];
         cfg_reload_t reload;            /* the row's class; RESTART for the passthrough sections */
-        bool live;                      /* reload != CFG_RELOAD_RESTART */
 } cfg_change_t;
 
 /* Compares old and new key by key, in table order and then the passthrough

@@ -1,9 +1,12 @@
-/* daemon_reload: SIGHUP, the reload of the config file (the live keys
- * applied, the others logged), and the model swap in place: the staging
- * thread that loads the new weights beside the running model, the plan
- * check, the pause until the slots are empty, and engine_swap.
+/* daemon_reload: SIGHUP, the reload of the config file (each changed key
+ * taken as its row of the config table says: a live key through the setters
+ * below, a swap key by a model swap, the others logged), and the model swap
+ * in place: the staging thread that loads the new weights beside the
+ * running model, the plan check, the pause until the slots are empty, and
+ * engine_swap.
  *
- * Not here: the config's parsing and diff (cfg.c), the engine's swap
+ * Not here: the config's parsing, diff and reload classes (cfg.c,
+ * cfg_table.c), the engine's swap
  * itself (engine_swap), the options a plan is made from (daemon_plan.c). */
 #include <assert.h>
 #include <errno.h>
@@ -91,14 +94,10 @@ static void daemon_swap_apply(daemon_t *d) {
         labels_free(d->labels);
         d->labels = d->swap_labels;
         d->swap_labels = NULL;
-        memcpy(d->cfg->model.labels, d->swap_cfg->model.labels, sizeof(d->cfg->model.labels));
-        memcpy(d->cfg->model.weights, d->swap_cfg->model.weights, sizeof(d->cfg->model.weights));
+        /* The running config takes the swap's keys (the table's SWAP rows). */
+        cfg_copy_class(d->cfg, d->swap_cfg, CFG_RELOAD_SWAP);
         d->weights_stat = d->stage_stat;
         d->have_weights_stat = d->stage_have_stat;
-        d->cfg->model.precision = d->swap_cfg->model.precision;
-        memcpy(d->cfg->memory.gpu_budget, d->swap_cfg->memory.gpu_budget, sizeof(d->cfg->memory.gpu_budget));
-        d->cfg->memory.gpu_budget_is_percent = d->swap_cfg->memory.gpu_budget_is_percent;
-        d->cfg->memory.host_budget_bytes = d->swap_cfg->memory.host_budget_bytes;
         r = pipeline_engine_swapped(d->pipeline, d->model->id, precision_name(engine_precision(d->engine)),
                                     d->cfg->memory.max_batch);
         assert(r == 0);
@@ -267,25 +266,144 @@ static bool daemon_weights_replaced(daemon_t *d, const char *path) {
                sb.st_mtim.tv_nsec != d->weights_stat.st_mtim.tv_nsec;
 }
 
-/* [model] weights, precision and labels (a new model may have another
- * class count) and the budgets are taken by a swap. */
-static bool daemon_is_swap_key(const cfg_change_t *c) {
-        return (!strcmp(c->section, "model") && (!strcmp(c->key, "weights") || !strcmp(c->key, "precision") ||
-                                                 !strcmp(c->key, "labels"))) ||
-               (!strcmp(c->section, "memory") && (!strcmp(c->key, "gpu_budget") || !strcmp(c->key, "host_budget")));
+/* --- reload ------------------------------------------------------------------------ */
+
+/* --- the live keys' setters: the config table's apply hooks reach the running daemon
+ * through these (cfg_live_ops_t); cfg_apply then copies the key into d->cfg. --- */
+
+static int daemon_set_log_level(void *userdata, int priority, errbuf_t *why) {
+        (void)userdata;
+        (void)why;
+        log_set_level(priority);
+        return 0;
+}
+
+/* At most the running model's classes, and the k the engine was opened with. */
+static int daemon_set_top_k(void *userdata, int top_k, errbuf_t *why) {
+        daemon_t *d = userdata;
+        pipeline_stats_t st;
+
+        daemon_stats(d, &st);
+        if (top_k > d->model->classes)
+                return errbuf_set(why, -EINVAL, "%d is above the %d class%s of the running model (%s); keeping %d",
+                                  top_k, d->model->classes, d->model->classes == 1 ? "" : "es", d->model->arch.name,
+                                  st.top_k);
+        if (pipeline_set_top_k(d->pipeline, top_k) < 0)
+                return errbuf_set(why, -EINVAL,
+                                  "%d is above the %d the engine was opened with; this needs a restart, keeping %d",
+                                  top_k, st.engine_top_k, st.top_k);
+        return 0;
+}
+
+static int daemon_set_headers(void *userdata, bool trace_headers, bool timing_header, errbuf_t *why) {
+        daemon_t *d = userdata;
+
+        (void)why;
+        pipeline_set_headers(d->pipeline, trace_headers, timing_header);
+        return 0;
+}
+
+/* Within the plan: more is clamped to the plan's batch (and said). */
+static int daemon_set_max_batch(void *userdata, int max_batch, errbuf_t *why) {
+        daemon_t *d = userdata;
+        pipeline_stats_t st;
+        int got;
+
+        (void)why;
+        daemon_stats(d, &st);
+        got = pipeline_set_max_batch(d->pipeline, max_batch);
+        if (got != max_batch)
+                log_warning("Reload: [memory] max_batch = %d is above the plan's %d; using %d", max_batch,
+                            st.batch_capacity, got);
+        return 0;
+}
+
+static int daemon_set_max_delay_ms(void *userdata, int max_delay_ms, errbuf_t *why) {
+        daemon_t *d = userdata;
+
+        (void)why;
+        pipeline_set_max_delay_ms(d->pipeline, max_delay_ms);
+        return 0;
+}
+
+/* 0 lifts the cap; a batch waiting for it goes now. */
+static int daemon_set_max_images_per_s(void *userdata, int max_images_per_s, errbuf_t *why) {
+        daemon_t *d = userdata;
+
+        (void)why;
+        pipeline_set_max_images_per_s(d->pipeline, max_images_per_s);
+        return 0;
+}
+
+static int daemon_set_max_record_age(void *userdata, uint64_t max_record_age_ms, cfg_age_action_t action,
+                                     errbuf_t *why) {
+        daemon_t *d = userdata;
+
+        (void)why;
+        pipeline_set_max_record_age(d->pipeline, max_record_age_ms, action == CFG_AGE_SKIP);
+        return 0;
+}
+
+/* [model] precision, a swap key: nothing to swap for it on the CPU engine,
+ * which computes in fp32 whatever it says. */
+static int daemon_set_precision(void *userdata, precision_t precision, errbuf_t *why) {
+        daemon_t *d = userdata;
+
+        (void)precision;
+        (void)why;
+        if (!d->engine || strcmp(engine_backend(d->engine), "cpu") != 0)
+                return -EAGAIN;
+        log_info("Reload: [model] precision: no swap, the CPU engine computes in fp32 whatever it says");
+        return 0;
 }
 
 /* --- reload ------------------------------------------------------------------------ */
 
+/* Applies each change by its reload class (the config table's): a live key
+ * through its hook, a swap key by a model swap after the loop, the others
+ * logged as needing a restart. Returns whether a swap is needed. */
+static bool daemon_reload_apply(daemon_t *d, cfg_t *next, const cfg_change_t *changes, size_t n) {
+        const cfg_live_ops_t ops = {
+                .userdata = d,
+                .set_log_level = daemon_set_log_level,
+                .set_top_k = daemon_set_top_k,
+                .set_headers = daemon_set_headers,
+                .set_max_batch = daemon_set_max_batch,
+                .set_max_delay_ms = daemon_set_max_delay_ms,
+                .set_max_images_per_s = daemon_set_max_images_per_s,
+                .set_max_record_age = daemon_set_max_record_age,
+                .set_precision = daemon_set_precision,
+        };
+        bool swap = false;
+
+        for (size_t i = 0; i < n; i++) {
+                const cfg_change_t *c = &changes[i];
+                errbuf_t why = {};
+                int r = cfg_apply(c, d->cfg, next, &ops, &why);
+
+                if (r == 0)
+                        log_info("Reload: [%s] %s applied", c->section, c->key);
+                else if (r == -EAGAIN) {
+                        /* Taken together, after the live keys: a model swap. */
+                        log_info("Reload: [%s] %s changed: swapping the model in place", c->section, c->key);
+                        swap = true;
+                } else if (r == -EPERM)
+                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
+                                    c->key);
+                else
+                        log_warning("Reload: [%s] %s not applied: %s", c->section, c->key, why.msg);
+        }
+        return swap;
+}
+
 static void daemon_reload(daemon_t *d) {
-        pipeline_stats_t st;
         cfg_change_t changes[64];
+        const size_t max = sizeof(changes) / sizeof(changes[0]);
         cfg_t *next = NULL;
         errbuf_t err = {};
         size_t n = 0;
+        bool swap;
         int r;
-
-        bool swap = false;
 
         sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=Reloading %s", daemon_now_us(), d->config_path);
         d->reloading = true;
@@ -295,87 +413,12 @@ static void daemon_reload(daemon_t *d) {
                 d->reload_stats.reloads_rejected++;
                 goto done;
         }
-        cfg_diff(d->cfg, next, changes, sizeof(changes) / sizeof(changes[0]), &n);
-        daemon_stats(d, &st);
+        cfg_diff(d->cfg, next, changes, max, &n);
         if (n == 0)
                 log_info("Reloaded '%s': no key changed", d->config_path);
-        for (size_t i = 0; i < n && i < sizeof(changes) / sizeof(changes[0]); i++) {
-                const cfg_change_t *c = &changes[i];
-
-                if (!strcmp(c->section, "model") && !strcmp(c->key, "precision") && d->engine &&
-                    !strcmp(engine_backend(d->engine), "cpu")) {
-                        /* Nothing to swap for it: the CPU engine computes in fp32. */
-                        d->cfg->model.precision = next->model.precision;
-                        log_info("Reload: [model] precision applied (the CPU engine computes in fp32 whatever it "
-                                 "says)");
-                        continue;
-                }
-                if (daemon_is_swap_key(c)) {
-                        /* Taken together, after the live keys: a model swap. */
-                        log_info("Reload: [%s] %s changed: swapping the model in place", c->section, c->key);
-                        swap = true;
-                        continue;
-                }
-                if (!c->live) {
-                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
-                                    c->key);
-                        continue;
-                }
-                if (!strcmp(c->section, "service") && !strcmp(c->key, "log_level")) {
-                        d->cfg->service.log_level = next->service.log_level;
-                        log_set_level(next->service.log_level);
-                } else if (!strcmp(c->section, "service") && !strcmp(c->key, "top_k")) {
-                        if (next->service.top_k > d->model->classes) {
-                                log_warning("Reload: [service] top_k = %d is above the %d class%s of the running "
-                                            "model (%s); keeping %d",
-                                            next->service.top_k, d->model->classes,
-                                            d->model->classes == 1 ? "" : "es", d->model->arch.name, st.top_k);
-                                continue;
-                        }
-                        if (pipeline_set_top_k(d->pipeline, next->service.top_k) < 0) {
-                                log_warning("Reload: [service] top_k = %d is above the %d the engine was opened "
-                                            "with; this needs a restart, keeping %d",
-                                            next->service.top_k, st.engine_top_k, st.top_k);
-                                continue;
-                        }
-                        d->cfg->service.top_k = next->service.top_k;
-                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_delay_ms")) {
-                        d->cfg->batching.max_delay_ms = next->batching.max_delay_ms;
-                        pipeline_set_max_delay_ms(d->pipeline, next->batching.max_delay_ms);
-                } else if (!strcmp(c->section, "batching") && !strcmp(c->key, "max_images_per_s")) {
-                        /* 0 lifts the cap; a batch waiting for it goes now. */
-                        d->cfg->batching.max_images_per_s = next->batching.max_images_per_s;
-                        pipeline_set_max_images_per_s(d->pipeline, next->batching.max_images_per_s);
-                } else if (!strcmp(c->section, "batching") && (!strcmp(c->key, "max_record_age") ||
-                                                               !strcmp(c->key, "max_record_age_action"))) {
-                        d->cfg->batching.max_record_age_ms = next->batching.max_record_age_ms;
-                        d->cfg->batching.max_record_age_action = next->batching.max_record_age_action;
-                        pipeline_set_max_record_age(d->pipeline, next->batching.max_record_age_ms,
-                                                    next->batching.max_record_age_action == CFG_AGE_SKIP);
-                } else if (!strcmp(c->section, "service") &&
-                           (!strcmp(c->key, "trace_headers") || !strcmp(c->key, "timing_header"))) {
-                        d->cfg->service.trace_headers = next->service.trace_headers;
-                        d->cfg->service.timing_header = next->service.timing_header;
-                        pipeline_set_headers(d->pipeline, next->service.trace_headers, next->service.timing_header);
-                } else if (!strcmp(c->section, "memory") && !strcmp(c->key, "max_batch")) {
-                        int got = pipeline_set_max_batch(d->pipeline, next->memory.max_batch);
-
-                        d->cfg->memory.max_batch = next->memory.max_batch;
-                        if (got != next->memory.max_batch)
-                                log_warning("Reload: [memory] max_batch = %d is above the plan's %d; using %d",
-                                            next->memory.max_batch, st.batch_capacity, got);
-                } else if (!strcmp(c->section, "drain") && !strcmp(c->key, "timeout_s")) {
-                        d->cfg->drain.timeout_s = next->drain.timeout_s;
-                } else {
-                        log_warning("Reload: [%s] %s changed; this needs a restart and is not applied", c->section,
-                                    c->key);
-                        continue;
-                }
-                log_info("Reload: [%s] %s applied", c->section, c->key);
-        }
-        if (n > sizeof(changes) / sizeof(changes[0]))
-                log_warning("Reload: %zu more changes not listed; they need a restart",
-                            n - sizeof(changes) / sizeof(changes[0]));
+        swap = daemon_reload_apply(d, next, changes, n < max ? n : max);
+        if (n > max)
+                log_warning("Reload: %zu more changes not listed; they need a restart", n - max);
         if (!swap && !strcmp(next->model.weights, d->cfg->model.weights) &&
             daemon_weights_replaced(d, next->model.weights)) {
                 log_info("Reload: '%s' is a new file at the same path: swapping the model in place",

@@ -12,6 +12,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "core/units.h"
 #include "daemon/cfg.h"
 #include "unit.h"
 
@@ -97,7 +98,7 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_EQUAL(c->engine.backend, BACKEND_AUTO);
         CU_ASSERT_EQUAL(c->engine.device, 0);
         CU_ASSERT_STRING_EQUAL(c->memory.gpu_budget, "70%");
-        CU_ASSERT_TRUE(c->memory.gpu_budget_is_percent);
+        CU_ASSERT_TRUE(units_is_percent(c->memory.gpu_budget));
         CU_ASSERT_EQUAL(c->memory.host_budget_bytes, 2ULL << 30);
         CU_ASSERT_EQUAL(c->memory.max_batch, 256);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 5);
@@ -144,7 +145,7 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_EQUAL(c->engine.backend, BACKEND_CPU);
         CU_ASSERT_EQUAL(c->engine.device, 3);
         CU_ASSERT_STRING_EQUAL(c->memory.gpu_budget, "1.5GiB");
-        CU_ASSERT_FALSE(c->memory.gpu_budget_is_percent);
+        CU_ASSERT_FALSE(units_is_percent(c->memory.gpu_budget));
         CU_ASSERT_EQUAL(c->memory.host_budget_bytes, 512ULL << 20);
         CU_ASSERT_EQUAL(c->memory.max_batch, 64);
         CU_ASSERT_EQUAL(c->batching.max_delay_ms, 0);
