@@ -6,8 +6,8 @@
  * engine_swap.
  *
  * Not here: the config's parsing, diff and reload classes (cfg.c,
- * cfg_table.c), the engine's swap
- * itself (engine_swap), the options a plan is made from (daemon_plan.c). */
+ * cfg_table.c), the engine's swap itself (engine_swap), the options a plan
+ * is made from (daemon_plan.c). */
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -266,10 +266,9 @@ static bool daemon_weights_replaced(daemon_t *d, const char *path) {
                sb.st_mtim.tv_nsec != d->weights_stat.st_mtim.tv_nsec;
 }
 
-/* --- reload ------------------------------------------------------------------------ */
-
-/* --- the live keys' setters: the config table's apply hooks reach the running daemon
- * through these (cfg_live_ops_t); cfg_apply then copies the key into d->cfg. --- */
+/* --- the live keys' setters ---------------------------------------------------------
+ * The config table's apply hooks reach the running daemon through these
+ * (cfg_live_ops_t); cfg_apply then copies the key into d->cfg. */
 
 static int daemon_set_log_level(void *userdata, int priority, errbuf_t *why) {
         (void)userdata;
