@@ -167,12 +167,14 @@ const cfg_key_t cfg_keys[] = {
         },
 
         {
-                .section = "memory", .name = "gpu_budget", .type = CFG_T_BUDGET, .def = "70%", .min = 1 * MiB, .max = 1 * TiB,
+                .section = "memory", .name = "gpu_budget", .type = CFG_T_BUDGET, .def = "70%",
+                .min = 1 * MiB, .max = 1 * TiB,
                 .reload = CFG_RELOAD_SWAP, F(memory.gpu_budget),
                 .description = "Device memory the plan may use: a SIZE or a percentage of the device's memory. Reloaded by a model swap in place, whose plan charges the whole arena allocated at start (kept until a restart, whatever batch the swap carves from it): a budget too small for it is refused; the batch never goes above the one at start.",
         },
         {
-                .section = "memory", .name = "host_budget", .type = CFG_T_SIZE, .def = "2GiB", .min = 1 * MiB, .max = 1 * TiB,
+                .section = "memory", .name = "host_budget", .type = CFG_T_SIZE, .def = "2GiB",
+                .min = 1 * MiB, .max = 1 * TiB,
                 .reload = CFG_RELOAD_SWAP, F(memory.host_budget_bytes),
                 .description = "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged; it is at least 10MiB, and at least what lets the prefetch queue hold the back-pressure hold's records (one full batch of float32 records per slot, or a second at max_images_per_s when more) beside 6MiB for the other two: a smaller budget lowers the batch. inferd --plan shows the three. Reloaded by a model swap in place, whose plan must hold the pinned buffers allocated at start (kept until a restart, whatever batch the swap carves from them) and the decode threads running since start (the decode pool is never resized): a budget too small for them is refused; librdkafka's limits stay as at start.",
         },
@@ -188,12 +190,14 @@ const cfg_key_t cfg_keys[] = {
                 .description = "A partial batch is submitted after this long.",
         },
         {
-                .section = "batching", .name = "max_images_per_s", .type = CFG_T_INT, .def = "0", .min = 0, .max = 10000000,
+                .section = "batching", .name = "max_images_per_s", .type = CFG_T_INT, .def = "0",
+                .min = 0, .max = 10000000,
                 .reload = CFG_RELOAD_LIVE, .apply = cfg_apply_max_images_per_s, F(batching.max_images_per_s),
                 .description = "Throughput cap in images a second: a token bucket one batch deep before batch submission; at the cap the daemon takes no more records, as under back-pressure. 0 = no cap.",
         },
         {
-                .section = "batching", .name = "max_record_age", .type = CFG_T_DURATION, .def = "0", .min = 0, .max = 366LL * 24 * 3600 * 1000,
+                .section = "batching", .name = "max_record_age", .type = CFG_T_DURATION, .def = "0",
+                .min = 0, .max = 366LL * 24 * 3600 * 1000,
                 .reload = CFG_RELOAD_LIVE, .apply = cfg_apply_max_record_age, F(batching.max_record_age_ms),
                 .description = "A deadline on records: one whose Kafka timestamp is older than this when it is taken is not run (max_record_age_action says what happens to it) and its offset is committed. A duration with a unit (90s, 10m, 1h); 0 = off. A timestamp in the future (clock skew) never expires.",
         },
@@ -247,7 +251,8 @@ const cfg_key_t cfg_keys[] = {
                         "health check holds one for milliseconds (or one kept alive between scrapes).",
         },
         {
-                .section = "metrics", .name = "max_connections_per_ip", .type = CFG_T_INT, .def = "8", .min = 0, .max = 10000,
+                .section = "metrics", .name = "max_connections_per_ip", .type = CFG_T_INT, .def = "8",
+                .min = 0, .max = 10000,
                 .reload = CFG_RELOAD_RESTART, F(metrics.max_connections_per_ip),
                 .description = "Connections one client address may hold at once, so that one client cannot take them all; "
                         "0: only max_connections.",
@@ -265,12 +270,15 @@ const cfg_key_t cfg_keys[] = {
                 .description = "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value.",
         },
         {
-                .section = "decode", .name = "max_pixels", .type = CFG_T_INT, .def = CFG_STR(DECODE_DEFAULT_MAX_PIXELS), .min = 1, .max = 2147483647,
+                .section = "decode", .name = "max_pixels", .type = CFG_T_INT, .def = CFG_STR(DECODE_DEFAULT_MAX_PIXELS),
+                .min = 1, .max = 2147483647,
                 .reload = CFG_RELOAD_RESTART, F(decode.max_pixels),
                 .description = "Largest image accepted, in pixels; a header claiming more is refused as too-large before decoding. Sizes the decode threads' buffers at start; a model swap's plan charges them as made.",
         },
         {
-                .section = "decode", .name = "max_bytes", .type = CFG_T_SIZE, .def = CFG_STR(DECODE_DEFAULT_MAX_BYTES_MIB) "MiB", .min = 1 * KiB, .max = 1 * GiB,
+                .section = "decode", .name = "max_bytes", .type = CFG_T_SIZE,
+                .def = CFG_STR(DECODE_DEFAULT_MAX_BYTES_MIB) "MiB",
+                .min = 1 * KiB, .max = 1 * GiB,
                 .reload = CFG_RELOAD_RESTART, F(decode.max_bytes),
                 .description = "Largest encoded (JPEG/PNG/WebP) record accepted; more is refused as too-large.",
         },
@@ -285,7 +293,9 @@ const cfg_key_t cfg_keys[] = {
                 .description = "Turn each JPEG, PNG or WebP as its EXIF orientation tag says (the eight orientations: flips and quarter turns) before the resize, as PIL's ImageOps.exif_transpose does, so that a phone's portrait photograph is classified upright. no (the default) ignores the tag, as torchvision does: the records are then identical to torchvision's. An EXIF block that cannot be read is ignored (the image is decoded as stored).",
         },
         {
-                .section = "decode", .name = "max_scan_megapixels", .type = CFG_T_INT, .def = CFG_STR(DECODE_DEFAULT_MAX_SCAN_MEGAPIXELS), .min = 0, .max = 2147483647,
+                .section = "decode", .name = "max_scan_megapixels", .type = CFG_T_INT,
+                .def = CFG_STR(DECODE_DEFAULT_MAX_SCAN_MEGAPIXELS),
+                .min = 0, .max = 2147483647,
                 .reload = CFG_RELOAD_RESTART, F(decode.max_scan_megapixels),
                 .description = "The decode cost limit: a JPEG whose scans times its megapixels is over this is refused as too-costly before it is decoded (its scans are counted from its markers). A usual progressive JPEG has 10 scans, a baseline one 1; 499 nearly empty scans of a 49 MP image took 4.8 s and held up the records around it. 0: no limit.",
         },
