@@ -81,13 +81,22 @@ static void cpu_dnnl_md(dnnl_memory_desc_t *md, int n, int c, int h, int w) {
         dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, dnnl_nhwc);
 }
 
+/* The memory descriptors of conv op's weights, (cout, cin, kh, kw) in the
+ * layout wtag, and of its bias. */
+static void cpu_dnnl_conv_mds(const model_op_t *op, dnnl_format_tag_t wtag, dnnl_memory_desc_t *wt,
+                              dnnl_memory_desc_t *bias) {
+        dnnl_dims_t wdims = { op->cout, op->cin, op->kh, op->kw }, bdims = { op->cout };
+
+        dnnl_memory_desc_init_by_tag(wt, 4, wdims, dnnl_f32, wtag);
+        dnnl_memory_desc_init_by_tag(bias, 1, bdims, dnnl_f32, dnnl_x);
+}
+
 /* The primitive descriptor of conv op at batch n: NHWC fp32 activations,
  * bias, then the residual (binary add) and the ReLU as post-ops, scratchpad
  * in user mode. w_md NULL lets oneDNN choose the weights' layout. */
 static int cpu_dnnl_conv_pd(const model_op_t *op, int n, const dnnl_memory_desc_t *w_md,
                             dnnl_primitive_desc_t *ret, errbuf_t *err) {
         dnnl_memory_desc_t src, dst, wt, bias;
-        dnnl_dims_t wdims = { op->cout, op->cin, op->kh, op->kw }, bdims = { op->cout };
         dnnl_dims_t strides = { op->stride, op->stride }, pad = { op->pad, op->pad };
         dnnl_convolution_desc_t cd;
         dnnl_primitive_attr_t attr = NULL;
@@ -101,11 +110,9 @@ static int cpu_dnnl_conv_pd(const model_op_t *op, int n, const dnnl_memory_desc_
                 return r;
         cpu_dnnl_md(&src, n, op->cin, op->h_in, op->w_in);
         cpu_dnnl_md(&dst, n, op->cout, op->h_out, op->w_out);
+        cpu_dnnl_conv_mds(op, dnnl_format_tag_any, &wt, &bias);
         if (w_md)
                 wt = *w_md;
-        else
-                dnnl_memory_desc_init_by_tag(&wt, 4, wdims, dnnl_f32, dnnl_format_tag_any);
-        dnnl_memory_desc_init_by_tag(&bias, 1, bdims, dnnl_f32, dnnl_x);
         s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wt,
                                                &bias, &dst, strides, pad, pad);
         if (s == dnnl_success)
@@ -181,7 +188,6 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, size_t *ret_scratch_bytes, s
 static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op_t *op,
                             const dnnl_memory_desc_t *w_md, dnnl_stream_t stream, errbuf_t *err) {
         dnnl_memory_desc_t user_md, b_md;
-        dnnl_dims_t wdims = { op->cout, op->cin, op->kh, op->kw }, bdims = { op->cout };
         dnnl_memory_t user = NULL;
         dnnl_primitive_desc_t rpd = NULL;
         dnnl_primitive_t reorder = NULL;
@@ -192,8 +198,7 @@ static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
-        dnnl_memory_desc_init_by_tag(&user_md, 4, wdims, dnnl_f32, dnnl_ohwi);
-        dnnl_memory_desc_init_by_tag(&b_md, 1, bdims, dnnl_f32, dnnl_x);
+        cpu_dnnl_conv_mds(op, dnnl_ohwi, &user_md, &b_md);
         s = dnnl_memory_create(&user, &user_md, eng, m->weights + op->w_off);
         if (s == dnnl_success)
                 s = dnnl_memory_create(&c->w_mem, w_md, eng, c->weights);
