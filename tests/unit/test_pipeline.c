@@ -524,6 +524,8 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
                pipeline_now_us() < end)
                 tp_turn(&t);
         CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.assigned, 1);         /* no rebalance on the way */
         CU_ASSERT_EQUAL(t.delivered_predictions, TP_GOOD);
         CU_ASSERT_EQUAL(t.delivered_dlq, 1);
         pipeline_get_stats(t.pipeline, &st);
