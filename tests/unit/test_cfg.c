@@ -162,16 +162,6 @@ static void test_cfg_values_set(void) {
         CU_ASSERT_EQUAL_FATAL(load_one("metrics", "listen", "", &c, &err), 0);
         CU_ASSERT_STRING_EQUAL(c->metrics.listen, "");
         cfg_free(c);
-        /* Nor in an error sentence. */
-        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\nbogus\r\n", &c, &err), -EINVAL);
-        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service]: line 4: 'bogus' is not key = value"));
-        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = 3\r\ntop_k = 4\r\n", &c, &err), -EINVAL);
-        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "line 5: set again to '4' (line 4 set '3'); say it once"));
-        CU_ASSERT_EQUAL(load_text(WEIGHTS "[service]\r\ntop_k = x\r\n", &c, &err), -EINVAL);
-        CU_ASSERT_PTR_NULL(strchr(err.msg, '\r'));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[service] top_k: 'x' is not an integer"));
 }
 
 /* Every integer key: min and max load and are stored, min-1 and max+1 are
