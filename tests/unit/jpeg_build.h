@@ -10,5 +10,7 @@
  * (TJSAMP_*) and quality; frees img. Returns the malloc'd stream (*len
  * bytes); a CUnit fatal assertion fails when the encoder does. */
 uint8_t *jpeg_build(uint8_t *img, int w, int h, int subsamp, int quality, size_t *len);
+/* The same with TurboJPEG's flags (TJFLAG_PROGRESSIVE, say). */
+uint8_t *jpeg_build_flags(uint8_t *img, int w, int h, int subsamp, int quality, int flags, size_t *len);
 
 #endif

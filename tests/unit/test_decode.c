@@ -6,18 +6,16 @@
  * against torchvision are tests/decode's. */
 #include <errno.h>
 #include <libdeflate.h>
-#include <malloc.h>
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <turbojpeg.h>
-#include <unistd.h>
 
 #include "decode/decode.h"
 #include "decode/resize.h"
+#include "decode_check.h"
 #include "jpeg_build.h"
 #include "unit.h"
 
@@ -81,20 +79,7 @@ static decode_t *test_decoder(uint64_t max_pixels, size_t max_bytes) {
 /* A progressive 4:2:0 JPEG of the test image (libjpeg's default
  * progression: 10 scans for colour); free() the result. */
 static uint8_t *test_jpeg_progressive(int w, int h, size_t *len) {
-        uint8_t *img = test_image(w, h), *buf = NULL, *out;
-        unsigned long n = 0;
-        tjhandle t = tjInitCompress();
-
-        CU_ASSERT_FATAL(t != NULL);
-        CU_ASSERT_FATAL(tjCompress2(t, img, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, 90, TJFLAG_PROGRESSIVE) == 0);
-        out = malloc(n);
-        CU_ASSERT_FATAL(out != NULL);
-        memcpy(out, buf, n);
-        tjFree(buf);
-        tjDestroy(t);
-        free(img);
-        *len = n;
-        return out;
+        return jpeg_build_flags(test_image(w, h), w, h, TJSAMP_420, 90, TJFLAG_PROGRESSIVE, len);
 }
 
 /* The decode cost limit (issue 26, item 5): a JPEG's scans times its
@@ -503,99 +488,53 @@ static void test_decode_fast_mode(void) {
         decode_free(d);
 }
 
-/* Reads a "Vm...:  N kB" line of /proc/self/status, in bytes; 0 if absent. */
-static uint64_t test_status_bytes(const char *key) {
-        char line[256];
-        uint64_t kb = 0;
-        FILE *f = fopen("/proc/self/status", "r");
+/* The input of planned_memory_against_rss: a progressive CMYK 4:4:4 JPEG of
+ * noise (every coefficient busy), made in the child. */
+enum { RSS_W = 3000, RSS_H = 2000 };
 
-        if (!f)
-                return 0;
-        while (fgets(line, sizeof(line), f))
-                if (strncmp(line, key, strlen(key)) == 0) {
-                        kb = strtoull(line + strlen(key), NULL, 10);
-                        break;
-                }
-        fclose(f);
-        return kb * 1024;
+static uint8_t *test_rss_jpeg(size_t *len) {
+        uint8_t *img = malloc((size_t)RSS_W * RSS_H * 4), *jpeg = NULL;
+        unsigned long n = 0;
+        tjhandle tj;
+
+        if (!img)
+                return NULL;
+        for (size_t i = 0; i < (size_t)RSS_W * RSS_H * 4; i++)
+                img[i] = (uint8_t)(i * 2654435761u >> 13);
+        tj = tjInitCompress();
+        if (!tj || tjCompress2(tj, img, RSS_W, 0, RSS_H, TJPF_CMYK, &jpeg, &n, TJSAMP_444, 90, TJFLAG_PROGRESSIVE) != 0)
+                jpeg = NULL;
+        tjDestroy(tj);
+        free(img);
+        *len = n;
+        return jpeg;
+}
+
+static void test_rss_jpeg_free(uint8_t *jpeg) {
+        tjFree(jpeg);
 }
 
 /* The planner's per-context figure against what a context really takes at
  * its worst: a progressive CMYK 4:4:4 JPEG (libjpeg keeps all four
  * components' coefficients whole, 8 bytes a pixel, the largest library
  * term) of exactly max_pixels, decoded by a fresh context in a child
- * process. The peak resident set (VmHWM, reset through clear_refs after the
- * image was made) grows by the context's buffers and libjpeg's working
- * memory: it must stay within buffer_bytes + library_bytes, and exceed the
- * pixels and coefficients the decode must touch (or the measurement saw
- * nothing). Large blocks are mmapped and unmapped when freed
- * (M_MMAP_THRESHOLD fixed), so that no freed page is reused unseen. */
+ * process (decode_check_peak_rss). The peak resident set grows by the
+ * context's buffers and libjpeg's working memory: it must stay within
+ * buffer_bytes + library_bytes, and exceed the pixels and coefficients the
+ * decode must touch (or the measurement saw nothing). */
 static void test_decode_planned_memory_against_rss(void) {
-        enum { MW = 3000, MH = 2000 };
-        int fds[2];
-        pid_t pid;
-        uint64_t got[3] = { 0, 0, 0 };
+        uint64_t got[3];
         plan_decode_terms_t t;
 
-        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)MW * MH, 0, &t) == 0);
-        CU_ASSERT_FATAL(pipe(fds) == 0);
-        pid = fork();
-        CU_ASSERT_FATAL(pid >= 0);
-        if (pid == 0) {
-                uint8_t *img, *jpeg = NULL, out[224 * 224 * 3];
-                unsigned long n = 0;
-                uint64_t res[3] = { 0, 0, 0 };
-                tjhandle tj;
-                decode_t *d = NULL;
-                const char *code = NULL;
-                errbuf_t err;
-                FILE *f;
-
-                mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-                mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-                img = malloc((size_t)MW * MH * 4);
-                for (size_t i = 0; i < (size_t)MW * MH * 4; i++)
-                        img[i] = (uint8_t)(i * 2654435761u >> 13);   /* noise: every coefficient busy */
-                tj = tjInitCompress();
-                if (!tj || tjCompress2(tj, img, MW, 0, MH, TJPF_CMYK, &jpeg, &n, TJSAMP_444, 90,
-                                       TJFLAG_PROGRESSIVE) != 0)
-                        _exit(2);
-                tjDestroy(tj);
-                free(img);
-                /* Free heap pages left resident by earlier tests in the
-                 * parent go back first, so that reusing them shows. */
-                malloc_trim(0);
-                f = fopen("/proc/self/clear_refs", "w");
-                if (!f || fputs("5", f) < 0 || fclose(f) != 0)
-                        _exit(3);
-                res[0] = test_status_bytes("VmRSS:");
-                if (decode_new(&d, (uint64_t)MW * MH, DECODE_DEFAULT_MAX_BYTES, false, &err) < 0 ||
-                    decode_record(d, jpeg, n, RECORD_JPEG, out, NULL, &code, &err) < 0)
-                        _exit(4);
-                res[1] = test_status_bytes("VmHWM:");
-                res[2] = n;
-                decode_free(d);
-                tjFree(jpeg);
-                if (write(fds[1], res, sizeof(res)) != (ssize_t)sizeof(res))
-                        _exit(5);
-                _exit(0);
-        }
-        close(fds[1]);
-        CU_ASSERT_EQUAL(read(fds[0], got, sizeof(got)), (ssize_t)sizeof(got));
-        close(fds[0]);
-        {
-                int status = 0;
-
-                CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
-                CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        }
+        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)RSS_W * RSS_H, 0, &t) == 0);
+        decode_check_peak_rss((uint64_t)RSS_W * RSS_H, RECORD_JPEG, test_rss_jpeg, test_rss_jpeg_free, got);
         CU_ASSERT(got[0] > 0 && got[1] > got[0]);
         /* Touched at least: the CMYK pixels (4 a pixel) and the coefficients (8). */
-        CU_ASSERT(got[1] - got[0] >= 11ULL * MW * MH);  /* 12, less a margin for pages the heap reused */
+        CU_ASSERT(got[1] - got[0] >= 11ULL * RSS_W * RSS_H);  /* 12, less a margin for pages the heap reused */
         CU_ASSERT(got[1] - got[0] <= t.buffer_bytes + t.library_bytes);
         if (getenv("INFERD_TEST_VERBOSE"))
                 fprintf(stderr, "decode context, %dx%d progressive CMYK (%llu bytes): peak RSS +%llu bytes, planned "
-                        "%llu (buffers %llu, library bound %llu)\n", MW, MH, (unsigned long long)got[2],
+                        "%llu (buffers %llu, library bound %llu)\n", RSS_W, RSS_H, (unsigned long long)got[2],
                         (unsigned long long)(got[1] - got[0]), (unsigned long long)(t.buffer_bytes + t.library_bytes),
                         (unsigned long long)t.buffer_bytes, (unsigned long long)t.library_bytes);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "decode/decode.h"
-#include "decode/resize.h"
+#include "decode_check.h"
 #include "jpeg_build.h"
 #include "unit.h"
 
@@ -251,32 +251,6 @@ static uint8_t *exif_png(const uint8_t *img, int w, int h, int ch, int o, size_t
         return out;
 }
 
-/* resize_crop of an image with the decoder's own scratch sizes. */
-static void exif_resize(const uint8_t *img, int w, int h, int ch, uint8_t *out) {
-        plan_decode_terms_t t;
-        resize_scratch_t s;
-        errbuf_t err;
-
-        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)w * h, 0, &t) == 0);
-        s.rows = malloc(t.resize_bytes);
-        s.rows_cap = t.resize_rows;
-        s.taps_cap = t.resize_taps;
-        s.coef_x = malloc(224 * t.resize_taps * sizeof(int32_t));
-        s.coef_y = malloc(224 * t.resize_taps * sizeof(int32_t));
-        s.first_x = malloc(224 * sizeof(int32_t));
-        s.first_y = malloc(224 * sizeof(int32_t));
-        s.count_x = malloc(224 * sizeof(int32_t));
-        s.count_y = malloc(224 * sizeof(int32_t));
-        CU_ASSERT_FATAL(resize_crop(img, (uint32_t)w, (uint32_t)h, (size_t)w * ch, ch, &s, out, &err) == 0);
-        free(s.rows);
-        free(s.coef_x);
-        free(s.coef_y);
-        free(s.first_x);
-        free(s.first_y);
-        free(s.count_x);
-        free(s.count_y);
-}
-
 /* Each orientation, RGB and grey, of sizes whose turned margins around the
  * crop are odd, and one whose turned shorter side is exactly 256. */
 static void test_decode_exif_turned_resize(void) {
@@ -294,7 +268,7 @@ static void test_decode_exif_turned_resize(void) {
 
                         for (size_t i = 0; i < (size_t)w * h * ch; i++)
                                 img[i] = (uint8_t)(((i / ch) % w) * 3 + ((i / ch) / w) * 5 + (unit_rand_u64(&s) & 31));
-                        exif_resize(img, w, h, ch, plain);
+                        decode_check_resize(img, w, h, ch, plain);
                         for (int o = 1; o <= 8; o++) {
                                 int tw, th;
                                 uint8_t *turned = exif_turn(img, w, h, ch, o, &tw, &th), *png;
@@ -302,7 +276,7 @@ static void test_decode_exif_turned_resize(void) {
                                 decode_info_t info;
                                 size_t len;
 
-                                exif_resize(turned, tw, th, ch, want);
+                                decode_check_resize(turned, tw, th, ch, want);
                                 png = exif_png(img, w, h, ch, o, &len);
                                 decode_set_exif_orientation(d, true);
                                 CU_ASSERT_EQUAL(decode_record(d, png, len, RECORD_PNG, out, &info, &code, &err), 0);

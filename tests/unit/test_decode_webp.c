@@ -7,16 +7,13 @@
  * decides. The images are made here with libwebp's encoder; the numerics
  * against PIL and torchvision are tests/decode's. */
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <webp/encode.h>
 
 #include "decode/decode.h"
-#include "decode/resize.h"
+#include "decode_check.h"
 #include "unit.h"
 
 /* A w x h image of ch channels (3 RGB, 4 RGBA with alpha 1..255): a
@@ -64,32 +61,10 @@ static decode_t *webp_decoder(uint64_t max_pixels, size_t max_bytes) {
 /* What resize_crop makes of the RGB of img (ch 3 or 4). */
 static void webp_expected(const uint8_t *img, int w, int h, int ch, uint8_t *out) {
         uint8_t *rgb = malloc((size_t)w * h * 3);
-        resize_scratch_t s;
-        plan_decode_terms_t t;
-        uint8_t *block;
-        errbuf_t err;
 
         for (size_t i = 0; i < (size_t)w * h; i++)
                 memcpy(rgb + 3 * i, img + ch * i, 3);
-        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)w * h, 0, &t) == 0);
-        block = malloc(t.resize_bytes);
-        s.rows = block;
-        s.rows_cap = t.resize_rows;
-        s.taps_cap = t.resize_taps;
-        s.coef_x = malloc(224 * t.resize_taps * sizeof(int32_t));
-        s.coef_y = malloc(224 * t.resize_taps * sizeof(int32_t));
-        s.first_x = malloc(224 * sizeof(int32_t));
-        s.first_y = malloc(224 * sizeof(int32_t));
-        s.count_x = malloc(224 * sizeof(int32_t));
-        s.count_y = malloc(224 * sizeof(int32_t));
-        CU_ASSERT_FATAL(resize_crop(rgb, (uint32_t)w, (uint32_t)h, (size_t)w * 3, 3, &s, out, &err) == 0);
-        free(s.coef_x);
-        free(s.coef_y);
-        free(s.first_x);
-        free(s.first_y);
-        free(s.count_x);
-        free(s.count_y);
-        free(block);
+        decode_check_resize(rgb, w, h, 3, out);
         free(rgb);
 }
 
@@ -259,82 +234,41 @@ static void test_decode_webp_max_pixels_edge(void) {
         free(img);
 }
 
-static uint64_t webp_status_bytes(const char *key) {
-        char line[256];
-        uint64_t kb = 0;
-        FILE *f = fopen("/proc/self/status", "r");
+/* The input of planned_memory_against_rss: a lossless WebP with alpha of
+ * noise, made in the child. */
+enum { RSS_W = 2000, RSS_H = 1500 };
 
-        if (!f)
-                return 0;
-        while (fgets(line, sizeof(line), f))
-                if (strncmp(line, key, strlen(key)) == 0) {
-                        kb = strtoull(line + strlen(key), NULL, 10);
-                        break;
-                }
-        fclose(f);
-        return kb * 1024;
+static uint8_t *webp_rss_input(size_t *len) {
+        uint8_t *img = webp_test_image(RSS_W, RSS_H, 4, true), *webp = NULL;
+
+        *len = WebPEncodeLosslessRGBA(img, RSS_W, RSS_H, RSS_W * 4, &webp);
+        free(img);
+        return *len ? webp : NULL;
+}
+
+static void webp_rss_free(uint8_t *webp) {
+        WebPFree(webp);
 }
 
 /* The planner's per-context figure against what a context takes for
  * libwebp's worst case: a lossless image with alpha (libwebp holds its
  * ARGB pixels whole, 4 bytes a pixel, beside our 3-byte RGB buffer), as
- * test_decode's planned_memory_against_rss does for JPEG: in a child, the
- * peak resident set's growth over the decode, within the plan. */
+ * test_decode's planned_memory_against_rss does for JPEG: the peak
+ * resident set's growth over the decode (decode_check_peak_rss), within
+ * the plan. */
 static void test_decode_webp_planned_memory_against_rss(void) {
-        enum { MW = 2000, MH = 1500 };
-        uint64_t got[2] = { 0, 0 };
+        uint64_t got[3];
         plan_decode_terms_t t;
-        int fds[2], status = 0;
-        pid_t pid;
 
-        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)MW * MH, 0, &t) == 0);
-        CU_ASSERT_FATAL(pipe(fds) == 0);
-        pid = fork();
-        CU_ASSERT_FATAL(pid >= 0);
-        if (pid == 0) {
-                uint8_t *img = webp_test_image(MW, MH, 4, true), *webp = NULL, out[224 * 224 * 3];
-                uint64_t res[2];
-                size_t len = 0;
-                decode_t *d = NULL;
-                const char *code = NULL;
-                errbuf_t err;
-                FILE *f;
-
-                mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-                mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-                len = WebPEncodeLosslessRGBA(img, MW, MH, MW * 4, &webp);
-                free(img);
-                if (len == 0)
-                        _exit(2);
-                /* Free heap pages left resident by earlier tests in the
-                 * parent go back first, so that reusing them shows. */
-                malloc_trim(0);
-                f = fopen("/proc/self/clear_refs", "w");
-                if (!f || fputs("5", f) < 0 || fclose(f) != 0)
-                        _exit(3);
-                res[0] = webp_status_bytes("VmRSS:");
-                if (decode_new(&d, (uint64_t)MW * MH, DECODE_DEFAULT_MAX_BYTES, false, &err) < 0 ||
-                    decode_record(d, webp, len, RECORD_WEBP, out, NULL, &code, &err) < 0)
-                        _exit(4);
-                res[1] = webp_status_bytes("VmHWM:");
-                decode_free(d);
-                WebPFree(webp);
-                if (write(fds[1], res, sizeof(res)) != (ssize_t)sizeof(res))
-                        _exit(5);
-                _exit(0);
-        }
-        close(fds[1]);
-        CU_ASSERT_EQUAL(read(fds[0], got, sizeof(got)), (ssize_t)sizeof(got));
-        close(fds[0]);
-        CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
-        CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CU_ASSERT_FATAL(plan_decode_terms((uint64_t)RSS_W * RSS_H, 0, &t) == 0);
+        decode_check_peak_rss((uint64_t)RSS_W * RSS_H, RECORD_WEBP, webp_rss_input, webp_rss_free, got);
         CU_ASSERT(got[0] > 0 && got[1] > got[0]);
         /* Touched at least: our RGB (3 a pixel) and libwebp's ARGB (4). */
-        CU_ASSERT(got[1] - got[0] >= 6ULL * MW * MH);
+        CU_ASSERT(got[1] - got[0] >= 6ULL * RSS_W * RSS_H);
         CU_ASSERT(got[1] - got[0] <= t.buffer_bytes + t.library_bytes);
         if (getenv("INFERD_TEST_VERBOSE"))
                 fprintf(stderr, "decode context, %dx%d lossless WebP with alpha: peak RSS +%llu bytes, planned %llu "
-                        "(buffers %llu, library bound %llu)\n", MW, MH, (unsigned long long)(got[1] - got[0]),
+                        "(buffers %llu, library bound %llu)\n", RSS_W, RSS_H, (unsigned long long)(got[1] - got[0]),
                         (unsigned long long)(t.buffer_bytes + t.library_bytes), (unsigned long long)t.buffer_bytes,
                         (unsigned long long)t.library_bytes);
 }
