@@ -170,15 +170,20 @@ def with_exif(img, fmt, orientation, **kw):
     return pil_bytes(img, fmt, exif=exif, **kw)
 
 
+def add_input(items, tmp, name, blob):
+    """Writes blob as tmp/name and lists it in items as (name, path)."""
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(blob)
+    items.append((name, path))
+
+
 def make_inputs(data, tmp):
     """[(name, path)]: the photographs as shipped, and re-encoded."""
     items = []
 
     def add(name, blob):
-        path = os.path.join(tmp, name)
-        with open(path, "wb") as f:
-            f.write(blob)
-        items.append((name, path))
+        add_input(items, tmp, name, blob)
 
     def ship(name):
         with open(os.path.join(data, name), "rb") as f:
@@ -281,10 +286,7 @@ def make_exif_inputs(data, tmp):
     items = []
 
     def add(name, blob):
-        path = os.path.join(tmp, name)
-        with open(path, "wb") as f:
-            f.write(blob)
-        items.append((name, path))
+        add_input(items, tmp, name, blob)
 
     # 451x301: not square, and an odd margin around the crop once resized
     # (383 - 224), so that a flip that moved the crop would show.

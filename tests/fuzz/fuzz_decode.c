@@ -211,14 +211,26 @@ static void gen_jpeg(const char *name, int w, int h, int pf, int ch, int samp, i
         free(img);
 }
 
+/* Writes the PNG that encoder c made (into its buffer), then frees c and
+ * the pixels it was made of. */
+static void gen_png_write(const char *name, spng_ctx *c, uint8_t *img) {
+        size_t n = 0;
+        int e = 0;
+        uint8_t *out = spng_get_png_buffer(c, &n, &e);
+
+        gen_write(name, out, n);
+        free(out);
+        spng_ctx_free(c);
+        free(img);
+}
+
 static void gen_png(const char *name, int w, int h, int color_type, int depth, int ch) {
         struct spng_ihdr ihdr = { .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = (uint8_t)depth,
                                   .color_type = (uint8_t)color_type };
         struct spng_plte plte = { .n_entries = 16 };
-        uint8_t *img = gen_pixels(w, h, ch), *out;
-        size_t row = ((size_t)w * ch * depth + 7) / 8, n;
+        uint8_t *img = gen_pixels(w, h, ch);
+        size_t row = ((size_t)w * ch * depth + 7) / 8;
         spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-        int e = 0;
 
         for (int i = 0; i < 16; i++)
                 plte.entries[i] = (struct spng_plte_entry){ (uint8_t)(i * 16), (uint8_t)(255 - i * 16), 7, 255 };
@@ -233,11 +245,7 @@ static void gen_png(const char *name, int w, int h, int color_type, int depth, i
                 fprintf(stderr, "%s: cannot encode\n", name);
                 exit(1);
         }
-        out = spng_get_png_buffer(c, &n, &e);
-        gen_write(name, out, n);
-        free(out);
-        spng_ctx_free(c);
-        free(img);
+        gen_png_write(name, c, img);
 }
 
 /* A little-endian TIFF block with one IFD entry: Orientation = o (SHORT). */
@@ -278,21 +286,15 @@ static void gen_jpeg_exif(const char *name, int o) {
 /* A PNG with an eXIf chunk of orientation o. */
 static void gen_png_exif(const char *name, int o) {
         struct spng_ihdr ihdr = { .width = 30, .height = 12, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR };
-        uint8_t *img = gen_pixels(30, 12, 3), tiff[32], *out;
+        uint8_t *img = gen_pixels(30, 12, 3), tiff[32];
         struct spng_exif exif = { .length = gen_tiff(tiff, o), .data = (char *)tiff };
         spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-        size_t n;
-        int e = 0;
 
         spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
         spng_set_ihdr(c, &ihdr);
         if (spng_set_exif(c, &exif) != 0 || spng_encode_image(c, img, 30 * 12 * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE))
                 exit(1);
-        out = spng_get_png_buffer(c, &n, &e);
-        gen_write(name, out, n);
-        free(out);
-        spng_ctx_free(c);
-        free(img);
+        gen_png_write(name, c, img);
 }
 
 static void gen_le32(uint8_t *p, uint32_t v) {
