@@ -132,6 +132,18 @@ kt_wait_exit() {
         return 1
 }
 
+# kt_long_batches INI...: the hold tests' engine (tests/kafka's
+# hold-rebalance-*, tests/kafka-real's hold joins): batches of 32 on one
+# engine thread, which take over a second even on an idle machine, so that
+# a hold outlasts PIPELINE_HOLD_MAX_US and pauses fetching (only then is
+# the consumer queue, where a rebalance waits, served during the hold); the
+# host budget they need; and a 30 s session, which the revoke's wait (a
+# batch or two) must not outlast.
+kt_long_batches() {
+        sed -i -e 's/^max_batch = 4$/max_batch = 32/' -e 's/^session.timeout.ms = 6000$/session.timeout.ms = 30000/' \
+                -e 's/^host_budget = 256MiB$/host_budget = 1GiB/' -e 's/^backend = cpu$/backend = cpu\nthreads = 1/' "$@"
+}
+
 # kt_wait_log NAME PATTERN SECONDS
 kt_wait_log() {
         local i
