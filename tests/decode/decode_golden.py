@@ -343,6 +343,31 @@ def torchvision_tensor(path, shift=0, exif=False):
     return t.double()
 
 
+def run_inferd(inferd, weights, tmp, tag, flags, paths, test):
+    """inferd-run (CPU, fp32, batch 8, flags) over paths, its RGB8 crops and
+    logits written to tmp (the logits poisoned with NaN first); reports test.
+    Returns (ok, crops (n, 224, 224, 3) uint8, logits (n, CLASSES) float64):
+    ok is the exit status, one line an image and both files whole; the arrays
+    are None unless the files are whole."""
+    n = len(paths)
+    rgb8_path = os.path.join(tmp, f"rgb8{tag}.u8")
+    logits_path = os.path.join(tmp, f"logits{tag}.f32")
+    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8"] + flags + [
+           "--rgb8", rgb8_path, "--logits", logits_path] + paths
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    size_ok = (os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
+               and os.path.getsize(logits_path) == n * golden.CLASSES * 4)
+    ok = r.returncode == 0 and size_ok and len(r.stdout.splitlines()) == n
+    golden.report(ok, test, f"inferd-run {' '.join(flags + [''])}over {n} images: exit {r.returncode}, "
+                  f"{len(r.stdout.splitlines())} lines"
+                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    if not size_ok:
+        return ok, None, None
+    return (ok, np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3),
+            np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES))
+
+
 def main():
     inferd, exporter, data, tmp = sys.argv[1:5]
     shift = 1 if os.environ.get("DECODE_BREAK") == "crop" else 0
@@ -360,21 +385,9 @@ def main():
         golden.report(False, "decode/export", f"export-resnet50.py failed: {r.stderr.strip()[-300:]}")
         return 1
     n = len(items)
-    rgb8_path = os.path.join(tmp, "rgb8.u8")
-    logits_path = os.path.join(tmp, "logits.f32")
-    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
-    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8",
-           "--rgb8", rgb8_path, "--logits", logits_path] + [p for _, p in items]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
-    size_ok = (os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
-               and os.path.getsize(logits_path) == n * golden.CLASSES * 4)
-    golden.report(r.returncode == 0 and size_ok and len(r.stdout.splitlines()) == n, "decode/run",
-                  f"inferd-run over {n} images: exit {r.returncode}, {len(r.stdout.splitlines())} lines"
-                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
-    if not size_ok:
+    _, ours, logits = run_inferd(inferd, weights, tmp, "", [], [p for _, p in items], "decode/run")
+    if ours is None:
         return 1
-    ours = np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3)
-    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES)
 
     refs = []
     for i, (name, path) in enumerate(items):
@@ -415,20 +428,10 @@ def exif(inferd, weights, data, tmp, model, shift):
     """inferd-run --exif-orientation against ImageOps.exif_transpose + torchvision."""
     items = make_exif_inputs(data, tmp)
     n = len(items)
-    rgb8_path = os.path.join(tmp, "rgb8-exif.u8")
-    logits_path = os.path.join(tmp, "logits-exif.f32")
-    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
-    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8",
-           "--exif-orientation", "--rgb8", rgb8_path, "--logits", logits_path] + [p for _, p in items]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
-    ok = (r.returncode == 0 and os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
-          and len(r.stdout.splitlines()) == n)
-    golden.report(ok, "decode/exif/run", f"inferd-run --exif-orientation over {n} images: exit {r.returncode}"
-                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    ok, ours, logits = run_inferd(inferd, weights, tmp, "-exif", ["--exif-orientation"], [p for _, p in items],
+                                  "decode/exif/run")
     if not ok:
         return
-    ours = np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3)
-    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES)
     refs = [torchvision_tensor(path, shift, exif=True) for _, path in items]
     with torch.no_grad():
         ref_logits = model(torch.stack([t.float() for t in refs])).double().numpy()
@@ -508,19 +511,10 @@ def own_model(inferd, exporter, tmp, refs):
 def fast(inferd, weights, tmp, jpegs, refs, ref_logits):
     """[decode] fast on every JPEG, against the accurate references."""
     n = len(jpegs)
-    rgb8_path = os.path.join(tmp, "rgb8-fast.u8")
-    logits_path = os.path.join(tmp, "logits-fast.f32")
-    np.full(n * golden.CLASSES, np.nan, dtype="<f4").tofile(logits_path)   # poison
-    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32", "--batch", "8", "--decode-fast",
-           "--rgb8", rgb8_path, "--logits", logits_path] + [p for _, _, p in jpegs]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
-    ok = r.returncode == 0 and os.path.exists(rgb8_path) and os.path.getsize(rgb8_path) == n * 150528
-    golden.report(ok, "decode/fast/run", f"inferd-run --decode-fast over {n} JPEGs: exit {r.returncode}"
-                  + ("" if r.returncode == 0 else f"; stderr: {r.stderr.strip()[-400:]!r}"))
+    ok, ours, logits = run_inferd(inferd, weights, tmp, "-fast", ["--decode-fast"], [p for _, _, p in jpegs],
+                                  "decode/fast/run")
     if not ok:
         return
-    ours = np.fromfile(rgb8_path, dtype=np.uint8).reshape(n, 224, 224, 3)
-    logits = np.fromfile(logits_path, dtype="<f4").astype(np.float64).reshape(n, golden.CLASSES)
     summary = []
     for k, (i, name, path) in enumerate(jpegs):
         mine = transforms.Normalize(MEAN.tolist(), STD.tolist())(
