@@ -208,14 +208,25 @@ int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int thread
         return 0;
 }
 
-int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t reserve_bytes,
-                       int threads, uint64_t max_pixels, uint64_t per_thread_bytes) {
-        char a[32], b[32], c[32], d[32], pinned[64] = "";
+/* ", the decode staging (S)" when there is one, else "". */
+static const char *plan_staging_what(uint64_t staging_bytes, char *buf, size_t len) {
+        char a[32];
+
+        buf[0] = 0;
+        if (staging_bytes > 0)
+                snprintf(buf, len, ", the decode staging (%s)", units_format_size(staging_bytes, a, sizeof(a)));
+        return buf;
+}
+
+int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t staging_bytes,
+                       uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes) {
+        char a[32], b[32], c[32], d[32], pinned[128] = "", staging[64];
 
         /* --check-config knows no pinned buffers yet (0): it says nothing of them. */
         if (pinned_bytes > 0)
-                snprintf(pinned, sizeof(pinned), "the pinned buffers (%s) and ",
-                         units_format_size(pinned_bytes, b, sizeof(b)));
+                snprintf(pinned, sizeof(pinned), "the pinned buffers (%s)%s and ",
+                         units_format_size(pinned_bytes, b, sizeof(b)),
+                         plan_staging_what(staging_bytes, staging, sizeof(staging)));
         return errbuf_set(err, -ENOSPC,
                           "the plan does not fit: [memory] host_budget (%s), less %slibrdkafka's minimum (%s), "
                           "leaves too little for %d decode thread%s of %s each ([decode] threads = %d, each sized "
@@ -229,17 +240,19 @@ int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinne
 }
 
 int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes,
-                               uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes) {
-        char a[32], b[32], c[32], d[32];
+                               uint64_t staging_bytes, uint64_t reserve_bytes, int threads, uint64_t max_pixels,
+                               uint64_t per_thread_bytes) {
+        char a[32], b[32], c[32], d[32], staging[64];
 
         return errbuf_set(err, -ENOSPC,
-                          "the plan does not fit: [memory] host_budget (%s), less the pinned buffers (%s) and "
+                          "the plan does not fit: [memory] host_budget (%s), less the pinned buffers (%s)%s and "
                           "librdkafka's minimum (%s), leaves too little for the %d decode thread%s running since "
                           "start (%s each, sized for [decode] max_pixels = %llu at start; the decode pool is not "
                           "resized before a restart, whatever [decode] threads and max_pixels now say): raise "
                           "[memory] host_budget, or restart inferd to plan the decode threads again",
                           units_format_size(host_budget_bytes, a, sizeof(a)),
                           units_format_size(pinned_bytes, b, sizeof(b)),
+                          plan_staging_what(staging_bytes, staging, sizeof(staging)),
                           units_format_size(reserve_bytes, c, sizeof(c)), threads, threads == 1 ? "" : "s",
                           units_format_size(per_thread_bytes, d, sizeof(d)), (unsigned long long)max_pixels);
 }
@@ -349,7 +362,15 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                                   : req->decode_running    ? PLAN_DECODE_LIMIT_RUNNING
                                                            : PLAN_DECODE_LIMIT_THREADS;
                 p->decode_max_pixels = req->decode_max_pixels;
-                p->decode_host_bytes = (uint64_t)p->decode_threads * plan_decode_context_bytes(&p->decode);
+                if (req->decode_staged) {
+                        p->decode_staging_bytes = (uint64_t)req->pipeline_depth * (uint64_t)batch *
+                                                  (uint64_t)PLAN_DECODE_OUT_SIDE * PLAN_DECODE_OUT_SIDE * 3;
+                        /* A swap keeps the staging made at start. */
+                        if (req->held_decode_staging_bytes > p->decode_staging_bytes)
+                                p->decode_staging_bytes = req->held_decode_staging_bytes;
+                }
+                p->decode_host_bytes = (uint64_t)p->decode_threads * plan_decode_context_bytes(&p->decode) +
+                                       p->decode_staging_bytes;
         }
         p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes
                                      ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes
@@ -437,13 +458,14 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
         if (p->held_pinned_host_bytes > p->engine.pinned_host_bytes &&
             p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes > p->host_budget_bytes &&
             p->engine.pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes) {
-                char decode[160] = "", e[32];
+                char decode[200] = "", e[32], staging[64];
 
                 if (p->decode_threads > 0)
-                        snprintf(decode, sizeof(decode), ", the %d decode thread%s %s (%s)", p->decode_threads,
+                        snprintf(decode, sizeof(decode), ", the %d decode thread%s %s (%s)%s", p->decode_threads,
                                  p->decode_threads == 1 ? "" : "s",
                                  p->decode_limit == PLAN_DECODE_LIMIT_RUNNING ? "running since start" : "planned",
-                                 units_format_size(p->decode_host_bytes, e, sizeof(e)));
+                                 units_format_size(p->decode_host_bytes - p->decode_staging_bytes, e, sizeof(e)),
+                                 plan_staging_what(p->decode_staging_bytes, staging, sizeof(staging)));
                 return errbuf_set(err, -ENOSPC,
                                   "the plan does not fit: [memory] host_budget (%s) is too small for the pinned "
                                   "buffers allocated at start (%s for %d slots, kept whole by a model swap in "
@@ -474,9 +496,10 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                   plan_reserve_what(p, what, sizeof(what)));
         if (p->decode_limit == PLAN_DECODE_LIMIT_RUNNING)
                 return plan_decode_refuse_running(err, p->host_budget_bytes, p->pinned_host_bytes,
-                                                  p->host_reserve_bytes, p->decode_threads, p->decode_max_pixels,
+                                                  p->decode_staging_bytes, p->host_reserve_bytes, p->decode_threads, p->decode_max_pixels,
                                                   plan_decode_context_bytes(&p->decode));
-        return plan_decode_refuse(err, p->host_budget_bytes, p->pinned_host_bytes, p->host_reserve_bytes,
+        return plan_decode_refuse(err, p->host_budget_bytes, p->pinned_host_bytes, p->decode_staging_bytes,
+                                  p->host_reserve_bytes,
                                   p->decode_limit == PLAN_DECODE_LIMIT_THREADS ? p->decode_threads : 0,
                                   p->decode_max_pixels, plan_decode_context_bytes(&p->decode));
 }
@@ -531,11 +554,13 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
         if (req->decode_threads == 0 && req->decode_threads_auto > 0) {
                 /* One context fitted with this batch (plan_fits), so this
                  * cannot fail. */
-                r = plan_decode_fit(ret->host_budget_bytes - ret->pinned_host_bytes, ret->host_reserve_bytes, 0,
-                                    req->decode_threads_auto, plan_decode_context_bytes(&ret->decode),
-                                    &ret->decode_threads, &ret->decode_limit);
+                r = plan_decode_fit(ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_staging_bytes,
+                                    ret->host_reserve_bytes, 0, req->decode_threads_auto,
+                                    plan_decode_context_bytes(&ret->decode), &ret->decode_threads,
+                                    &ret->decode_limit);
                 assert(r == 0);
-                ret->decode_host_bytes = (uint64_t)ret->decode_threads * plan_decode_context_bytes(&ret->decode);
+                ret->decode_host_bytes = (uint64_t)ret->decode_threads * plan_decode_context_bytes(&ret->decode) +
+                                         ret->decode_staging_bytes;
                 ret->host_rest_bytes = ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_host_bytes;
                 plan_kafka_terms(ret);
         }
@@ -551,7 +576,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
-                "\"decode_library_bytes_per_thread\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
+                "\"decode_library_bytes_per_thread\":%llu,\"decode_staging_bytes\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
                 "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,"
                 "\"kafka_hold_us\":%llu,\"kafka_hold_records\":%llu,\"kafka_hold_bytes\":%llu,"
                 "\"kafka_queue_bytes\":%llu,\"kafka_fetch_bytes\":%llu,\"kafka_producer_bytes\":%llu,"
@@ -566,7 +591,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 p->record_bytes, p->top_k, plan_limit_name(p->limit), p->operand_batch_cap,
                 (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
-                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_host_bytes,
+                (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_staging_bytes,
+                (unsigned long long)p->decode_host_bytes,
                 plan_decode_limit_name(p->decode_limit), (unsigned long long)p->host_reserve_bytes,
                 (unsigned long long)p->host_rest_bytes, (unsigned long long)p->kafka_hold_us,
                 (unsigned long long)p->kafka_hold_records, (unsigned long long)p->kafka_hold_bytes,
@@ -636,6 +662,11 @@ int plan_write_text(const plan_t *p, FILE *out) {
                 fprintf(out, "  %-22s %12s  (%llu bytes, allocated by libjpeg/libspng/libwebp per image; a bound)\n",
                         "  library, at most", units_format_size(p->decode.library_bytes, a, sizeof(a)),
                         (unsigned long long)p->decode.library_bytes);
+                if (p->decode_staging_bytes)
+                        fprintf(out, "  %-22s %12s  (%llu bytes: a decoded image for each slot position, where a "
+                                "record waits between its decode and its batch)\n", "staging (all contexts)",
+                                units_format_size(p->decode_staging_bytes, a, sizeof(a)),
+                                (unsigned long long)p->decode_staging_bytes);
                 fprintf(out, "  %-22s %12s  (all contexts) of the host budget\n", "decode total",
                         units_format_size(p->decode_host_bytes, a, sizeof(a)));
         }

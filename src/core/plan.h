@@ -155,16 +155,18 @@ int plan_decode_fit(uint64_t host_left_bytes, uint64_t reserve_bytes, int thread
                     uint64_t per_thread_bytes, int *ret_threads, plan_decode_limit_t *ret_limit);
 
 /* The sentence of plan_decode_fit's -ENOSPC, naming the numbers and the keys
- * to change. Returns -ENOSPC. */
-int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t reserve_bytes,
-                       int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
+ * to change (the pinned buffers and the decode staging only when
+ * pinned_bytes > 0: --check-config knows neither). Returns -ENOSPC. */
+int plan_decode_refuse(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes, uint64_t staging_bytes,
+                       uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
 
 /* The sentence when a budget cannot hold the decode contexts that already
  * run (a model swap's plan: PLAN_DECODE_LIMIT_RUNNING): they stay until a
  * restart whatever the file says, so only the budget can change. Returns
  * -ENOSPC. */
 int plan_decode_refuse_running(errbuf_t *err, uint64_t host_budget_bytes, uint64_t pinned_bytes,
-                               uint64_t reserve_bytes, int threads, uint64_t max_pixels, uint64_t per_thread_bytes);
+                               uint64_t staging_bytes, uint64_t reserve_bytes, int threads, uint64_t max_pixels,
+                               uint64_t per_thread_bytes);
 
 /* No GEMM operand of a planned batch reaches this many elements: 2^31, where
  * 32-bit element indices and counts (cuBLASLt's kernels, grid arithmetic)
@@ -206,6 +208,9 @@ typedef struct plan_request {
                                          * (a model swap in place): charged as they are, and a refusal
                                          * says so (PLAN_DECODE_LIMIT_RUNNING) */
         uint64_t decode_input_bytes;    /* per context: a copy of the encoded record (inferd-run), or 0 */
+        bool decode_staged;             /* with decoding: the daemon's staging, one decoded 224x224 RGB8
+                                         * image per slot position (pipeline_depth x batch), where records
+                                         * wait between their decode and their slot (pipeline_decode.c) */
         uint64_t host_reserve_bytes;    /* host bytes that neither the pinned buffers nor decoding may take
                                          * (the daemon: librdkafka's floor; inferd-run: 0) */
         /* librdkafka's consumer queue holds the records the daemon leaves
@@ -219,6 +224,7 @@ typedef struct plan_request {
          * The plan charges at least these, whatever its batch carves. */
         uint64_t held_arena_bytes;      /* its one arena (device memory; host memory for the CPU engine) */
         uint64_t held_pinned_host_bytes; /* its host staging of every slot */
+        uint64_t held_decode_staging_bytes; /* the pipeline's decode staging, made at start */
         bool cpu_reference;             /* the CPU engine runs cpu_ops' reference convolutions, not oneDNN's
                                          * (tests only; engine_options_t) */
         int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default */
@@ -262,7 +268,9 @@ typedef struct plan {
         plan_decode_limit_t decode_limit; /* what decided decode_threads */
         uint64_t decode_max_pixels;
         plan_decode_terms_t decode;     /* per context */
-        uint64_t decode_host_bytes;     /* decode_threads x (buffer_bytes + library_bytes) */
+        uint64_t decode_staging_bytes;  /* with decode_staged: pipeline_depth x batch RGB8 images (or the
+                                         * held ones, when more), else 0 */
+        uint64_t decode_host_bytes;     /* decode_threads x (buffer_bytes + library_bytes) + decode_staging_bytes */
         uint64_t host_reserve_bytes;    /* the request's */
         uint64_t host_rest_bytes;       /* host budget - pinned - decode: what is left (the daemon gives it
                                          * to librdkafka's queues) */

@@ -60,12 +60,13 @@ void daemon_stats(const daemon_t *d, pipeline_stats_t *st) {
         pipeline_get_stats(d->pipeline, st);
 }
 
-/* Records taken and not finished: in the engine's slots, not yet produced. */
-int daemon_records_in_slots(const daemon_t *d) {
+/* Records taken and not finished: decoding, or in the engine's slots and
+ * not yet produced. */
+int daemon_records_in_pipeline(const daemon_t *d) {
         pipeline_stats_t st;
 
         daemon_stats(d, &st);
-        return st.records_in_slots;
+        return st.records_in_slots + st.records_decoding;
 }
 
 /* Serving the consumer queue is not re-entered from a revoke callback, which
@@ -108,7 +109,7 @@ static void daemon_pipeline_arm_hold(void *userdata, uint64_t deadline_us) {
  * awaited, nothing in the producer's queue. A commit point, a model swap
  * and the drain each wait for this. */
 bool daemon_nothing_in_flight(const daemon_t *d) {
-        return daemon_records_in_slots(d) == 0 && batch_offsets_pending(d->offsets) == 0 &&
+        return daemon_records_in_pipeline(d) == 0 && batch_offsets_pending(d->offsets) == 0 &&
                kafka_producer_outstanding(d->kafka) == 0;
 }
 
@@ -117,7 +118,7 @@ bool daemon_nothing_in_flight(const daemon_t *d) {
 void daemon_log_left(daemon_t *d, const char *why) {
         log_error("%s: %d record(s) in the pipeline, %zu delivery report(s) awaited, %d in the producer; "
                   "their offsets are not committed and they will be redelivered",
-                  why, daemon_records_in_slots(d), batch_offsets_pending(d->offsets),
+                  why, daemon_records_in_pipeline(d), batch_offsets_pending(d->offsets),
                   kafka_producer_outstanding(d->kafka));
 }
 
@@ -174,9 +175,10 @@ static void daemon_begin_drain(daemon_t *d) {
                 daemon_swap_end(d, "rejected");
         }
         daemon_stats(d, &st);
-        sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", st.records_in_slots);
+        sd_notifyf(0, "STOPPING=1\nSTATUS=Draining %d record(s)", st.records_in_slots + st.records_decoding);
         daemon_extend_stop(d);
-        log_info("Draining: %d record(s) in the pipeline, %zu held back (redelivered later)", st.records_in_slots,
+        log_info("Draining: %d record(s) in the pipeline, %zu held back (redelivered later)",
+                 st.records_in_slots + st.records_decoding,
                  st.records_held);
         if (!d->pipeline) {
                 sd_event_exit(d->event, 0);
@@ -609,7 +611,7 @@ static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
 /* The decode contexts the plan counted, one job per slot position. */
 static int daemon_start_decode(daemon_t *d, errbuf_t *err) {
         const plan_t *plan = engine_plan_of(d->engine);
-        char host[32], size[32];
+        char host[32], size[32], staging[32];
         int r;
 
         r = decode_pool_new(&d->decode, plan->decode_threads, plan->decode_max_pixels, d->cfg->decode.max_bytes,
@@ -618,7 +620,8 @@ static int daemon_start_decode(daemon_t *d, errbuf_t *err) {
         if (r < 0)
                 return errbuf_prefix(err, r, "Failed to start the decode threads");
         decode_pool_set_max_scan_megapixels(d->decode, (uint64_t)d->cfg->decode.max_scan_megapixels);
-        log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s%s; their buffers %s of the host budget",
+        log_info("Decode: %d thread%s (%s) for images up to %d pixels and %s%s%s; their buffers and the staging (%s) %s "
+                 "of the host budget",
                  plan->decode_threads,
                  plan->decode_threads == 1 ? "" : "s",
                  plan->decode_limit == PLAN_DECODE_LIMIT_THREADS ? "[decode] threads"
@@ -628,6 +631,7 @@ static int daemon_start_decode(daemon_t *d, errbuf_t *err) {
                  d->cfg->decode.fast ? ", fast JPEG mode ([decode] fast = yes: not identical to torchvision)" : "",
                  d->cfg->decode.exif_orientation ? ", turned by their EXIF orientation ([decode] exif_orientation = yes)"
                                                  : "",
+                 units_format_size(plan->decode_staging_bytes, staging, sizeof(staging)),
                  units_format_size(plan->decode_host_bytes, host, sizeof(host)));
         return 0;
 }

@@ -37,6 +37,7 @@ void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budge
         o->decode_threads = c->decode.threads;
         o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
+        o->decode_staged = true;
         o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
         /* ... and more when the back-pressure hold needs it: its queue
          * holds the records left in it while the pipeline is full. */
@@ -68,7 +69,7 @@ int daemon_check_host_budget(const cfg_t *c, errbuf_t *err) {
         r = plan_decode_fit(c->memory.host_budget_bytes, KAFKA_LIMITS_MIN_BYTES, c->decode.threads,
                             decode_default_threads(), per_thread, &n, &limit);
         if (r < 0)
-                return plan_decode_refuse(err, c->memory.host_budget_bytes, 0, KAFKA_LIMITS_MIN_BYTES,
+                return plan_decode_refuse(err, c->memory.host_budget_bytes, 0, 0, KAFKA_LIMITS_MIN_BYTES,
                                           c->decode.threads, (uint64_t)c->decode.max_pixels, per_thread);
         return 0;
 }

@@ -144,7 +144,7 @@ void daemon_progress(daemon_t *d);
 bool daemon_nothing_in_flight(const daemon_t *d);
 void daemon_fail(daemon_t *d, int status);
 void daemon_stats(const daemon_t *d, pipeline_stats_t *st);
-int daemon_records_in_slots(const daemon_t *d);
+int daemon_records_in_pipeline(const daemon_t *d);
 void daemon_pump(daemon_t *d);
 void daemon_log_left(daemon_t *d, const char *why);
 void daemon_watchdog_ping(daemon_t *d);

@@ -35,7 +35,7 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
          * timer: they ping themselves, on the same rule (daemon_watchdog_ping),
          * waking at least every quarter interval. */
         int wait_ms = d->watchdog_usec > 0 && d->watchdog_usec / 4000 < 100 ? (int)(d->watchdog_usec / 4000) + 1 : 100;
-        int in_slots;
+        int in_pipeline;
         bool unfinished;
         errbuf_t err = {};
         int left = 0;
@@ -43,10 +43,10 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
         if (!d->pipeline)
                 return;         /* not started: nothing was taken */
         d->in_revoke = true;
-        in_slots = daemon_records_in_slots(d);
+        in_pipeline = daemon_records_in_pipeline(d);
         pipeline_held_drop(d->pipeline, parts);
         pipeline_flush_filling(d->pipeline);
-        while (daemon_records_in_slots(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
+        while (daemon_records_in_pipeline(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
                 struct pollfd p[2] = { { .fd = engine_completion_fd(d->engine), .events = POLLIN },
                                        { .fd = decode_pool_fd(d->decode), .events = POLLIN } };
 
@@ -63,10 +63,10 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
         }
         /* CLOCK_MONOTONIC seconds, as systemd's own timestamps: the
          * notify test matches this window against the pings it received. */
-        log_info("Revoke: waited %.3f s for the records taken before it (%d in slots), monotonic %.3f to %.3f s",
-                 (double)(daemon_now_us() - start) / 1e6, in_slots, (double)start / 1e6,
+        log_info("Revoke: waited %.3f s for the records taken before it (%d in the pipeline), monotonic %.3f to %.3f s",
+                 (double)(daemon_now_us() - start) / 1e6, in_pipeline, (double)start / 1e6,
                  (double)daemon_now_us() / 1e6);
-        unfinished = daemon_records_in_slots(d) > 0 || batch_offsets_pending(d->offsets) > 0;
+        unfinished = daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0;
         if (unfinished)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (daemon_eos(d)) {

@@ -201,7 +201,7 @@ static void daemon_stage_done(daemon_t *d) {
                  d->swap_model->id, d->swap_model->arch.name, d->swap_model->classes,
                  d->swap_model->classes == 1 ? "" : "es", d->swap_cfg->model.weights,
                  precision_name(d->swap_plan.precision),
-                 d->swap_plan.max_batch, daemon_records_in_slots(d));
+                 d->swap_plan.max_batch, daemon_records_in_pipeline(d));
         d->swap_paused_us = daemon_now_us();
         pipeline_set_intake(d->pipeline, false);
 }

@@ -140,7 +140,7 @@ void daemon_txn_check(daemon_t *d) {
         if (kafka_txn_failed(d->kafka))
                 d->txn_doomed = true;
         if (d->txn_doomed) {
-                if (daemon_records_in_slots(d) > 0)
+                if (daemon_records_in_pipeline(d) > 0)
                         return;
                 d->txn_doomed = false;
                 if (++d->txn_doomed_aborts > DAEMON_TXN_DOOMED_MAX) {

@@ -42,11 +42,16 @@ uint64_t pipeline_now_us(void) {
 
 /* --- the engine ------------------------------------------------------------ */
 
-/* Starts the engine on a slot of n records whose decodes are done. */
-static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
+/* Submits a FILLING slot to the engine: closed to new records at once.
+ * The cap is not asked (pipeline_submit_ready asks it); a forced submission
+ * is charged to it. Returns 0, or -errno after ops->fail. */
+static int pipeline_submit(pipeline_t *p, int slot) {
         errbuf_t err = {};
-        int r;
+        int n, r;
 
+        if (batch_in_flight(p->batch) == 0)
+                p->last_progress_us = pipeline_now_us();
+        n = batch_submit(p->batch, slot);
         r = engine_submit(p->engine, slot, n, &err);
         if (r < 0) {
                 log_error("Failed to submit a batch of %d: %s", n, err.msg);
@@ -63,21 +68,10 @@ static int pipeline_engine_submit(pipeline_t *p, int slot, int n) {
         return 0;
 }
 
-/* Submits a FILLING slot: closed to new records at once (it counts as in
- * flight), and handed to the engine when its decodes are done. The cap is
- * not asked (pipeline_submit_ready asks it); a forced submission is charged
- * to it. Returns 0, or -errno after ops->fail. */
-static int pipeline_submit(pipeline_t *p, int slot) {
-        int n;
-
-        if (batch_in_flight(p->batch) == 0)
-                p->last_progress_us = pipeline_now_us();
-        n = batch_submit(p->batch, slot);
-        if (p->slot_decoding && p->slot_decoding[slot] > 0) {
-                p->slot_waiting[slot] = n;
-                return 0;
-        }
-        return pipeline_engine_submit(p, slot, n);
+/* (Re)arms the owner's batch-delay timer for a slot whose first record
+ * came at oldest_us. */
+static void pipeline_arm_delay(pipeline_t *p, uint64_t oldest_us) {
+        p->ops.arm_delay(p->userdata, oldest_us + (uint64_t)p->max_delay_ms * 1000ULL);
 }
 
 /* Whether the FILLING slot can take no more records: full by count, or by
@@ -111,40 +105,10 @@ static int pipeline_submit_ready(pipeline_t *p, int slot) {
         return 0;
 }
 
-int pipeline_decoded(pipeline_t *p) {
-        decode_job_t *j;
-        int r;
-
-        if (!p->decode)
-                return 0;
-        while ((j = decode_pool_reap(p->decode))) {
-                int pos = (int)(j - p->jobs), slot = pos / p->capacity;
-
-                assert(pos >= 0 && slot < batch_depth(p->batch) && p->slot_decoding[slot] > 0);
-                p->refused[pos] = j->r < 0;
-                p->times[pos].decoded_us = pipeline_now_us();
-                if (--p->slot_decoding[slot] == 0 && p->slot_waiting[slot] > 0) {
-                        int n = p->slot_waiting[slot];
-
-                        p->slot_waiting[slot] = 0;
-                        r = pipeline_engine_submit(p, slot, n);
-                        if (r < 0)
-                                return r;
-                }
-        }
-        return 0;
-}
-
-/* (Re)arms the owner's batch-delay timer for a slot whose first record
- * came at oldest_us. */
-static void pipeline_arm_delay(pipeline_t *p, uint64_t oldest_us) {
-        p->ops.arm_delay(p->userdata, oldest_us + (uint64_t)p->max_delay_ms * 1000ULL);
-}
-
 /* Goes now, whatever the cap says (no more records will come to fill it,
  * or what is in flight must finish): charged to the cap, whose bucket may go
  * into debt, so the rate over time still holds. */
-void pipeline_flush_filling(pipeline_t *p) {
+void pipeline_submit_filling(pipeline_t *p) {
         int slot = batch_filling(p->batch, NULL);
 
         if (slot < 0)
@@ -152,6 +116,48 @@ void pipeline_flush_filling(pipeline_t *p) {
         ratelimit_charge(&p->cap, batch_slot_count(p->batch, slot), pipeline_now_us());
         p->capped = false;
         pipeline_submit(p, slot);
+}
+
+/* Records still decoding are placed after it: the slot they then fill goes
+ * too, once the last of them is placed (pipeline_staging_place). */
+void pipeline_flush_filling(pipeline_t *p) {
+        p->flush_after_decodes = p->decode && pipeline_staging_busy(p) > 0;
+        pipeline_submit_filling(p);
+}
+
+/* Whether a ready record can be placed now: a slot is FILLING with room, or
+ * one is FREE. */
+static bool pipeline_has_room(const pipeline_t *p) {
+        int slot = batch_filling(p->batch, NULL);
+
+        return !batch_is_busy(p->batch) && !(slot >= 0 && pipeline_slot_full(p, slot));
+}
+
+int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectime_t *times, record_format_t fmt,
+                   const void *bytes, size_t len) {
+        batch_entry_t *e;
+        void *dst;
+        int slot, idx, full;
+
+        if (!pipeline_has_room(p))
+                return -ENOBUFS;
+        full = batch_add(p->batch, msg, pipeline_now_us(), &slot, &idx);
+        assert(full >= 0);
+        e = batch_slot_entry(p->batch, slot, idx);
+        e->tag = tag;
+        p->times[pipeline_pos(p, slot, idx)] = *times;
+        /* The record's bytes go straight into the slot's (pinned) input,
+         * packed by format. It fits: a slot is submitted as soon as it has
+         * no room for a record of either format (below). */
+        dst = engine_slot_place(p->engine, slot, idx, fmt);
+        assert(dst && len == pack_row_bytes(fmt));
+        memcpy(dst, bytes, len);
+        /* Full by count, or by bytes (the next record could be float32). */
+        if (full || !engine_slot_has_room(p->engine, slot))
+                pipeline_submit_ready(p, slot);
+        else if (idx == 0)
+                pipeline_arm_delay(p, e->arrived_us);
+        return 0;
 }
 
 /* The deadline is checked again: max_delay_ms may have been lowered or the
@@ -207,7 +213,8 @@ int pipeline_reap(pipeline_t *p) {
                         return r;
                 }
         }
-        return 0;
+        /* A released slot has room for decoded records waiting. */
+        return pipeline_staging_place(p);
 }
 
 /* --- records in ----------------------------------------------------------- */
@@ -254,10 +261,10 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         record_format_t fmt;
         const char *code = NULL;
         errbuf_t err = {};
-        batch_entry_t *e;
-        void *dst;
+        rectime_t times;
+        uint64_t now;
         int64_t age_ms;
-        int slot, idx, full, r;
+        int tag, r;
 
         if (m->err) {
                 if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -294,49 +301,27 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         if (r < 0) {
                 return pipeline_refuse_taken(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
         }
-        /* Back-pressure: no room in the slots, or in the decode queue, or
-         * the FILLING slot is full and waits for the cap. */
-        slot = batch_filling(p->batch, NULL);
-        if (batch_is_busy(p->batch) || (record_is_encoded(fmt) && decode_pool_full(p->decode)) ||
-            (slot >= 0 && pipeline_slot_full(p, slot)))
+        /* Back-pressure: a record to decode needs a staging entry, a ready
+         * one room in the slots (none while the FILLING slot is full and
+         * waits for the cap). Nothing is tracked before there is room. */
+        if (record_is_encoded(fmt) ? !pipeline_staging_has_room(p) : !pipeline_has_room(p))
                 return -ENOBUFS;
-
-        full = batch_add(p->batch, m, pipeline_now_us(), &slot, &idx);
-        assert(full >= 0);
-        e = batch_slot_entry(p->batch, slot, idx);
-        e->tag = pipeline_track(p, m);
-        p->times[pipeline_pos(p, slot, idx)] = (rectime_t){
+        now = pipeline_now_us();
+        times = (rectime_t){
                 .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
-                .taken_us = e->arrived_us,
-                .decoded_us = record_is_encoded(fmt) ? 0 : e->arrived_us,
+                .taken_us = now,
+                .decoded_us = record_is_encoded(fmt) ? 0 : now,
         };
-        if (record_is_encoded(fmt)) {
-                /* A decode thread writes the slot's record, placed as RGB8;
-                 * the message (and so its payload) stays in the slot until
-                 * it is produced. */
-                decode_job_t *j = &p->jobs[pipeline_pos(p, slot, idx)];
-
-                dst = engine_slot_place(p->engine, slot, idx, RECORD_RGB8);
-                assert(dst);
-                *j = (decode_job_t){ .data = m->payload, .len = m->len, .format = fmt, .out = dst };
-                p->refused[pipeline_pos(p, slot, idx)] = false;
-                r = decode_pool_submit(p->decode, j);
-                assert(r == 0);         /* not full: checked above, on this thread */
-                p->slot_decoding[slot]++;
-        } else {
-                /* The record's bytes go straight into the slot's (pinned) input,
-                 * packed by format. It fits: a slot is submitted as soon as it has
-                 * no room for a record of either format (below). */
-                dst = engine_slot_place(p->engine, slot, idx, fmt);
-                assert(dst && m->len == pack_row_bytes(fmt));
-                memcpy(dst, m->payload, m->len);
-        }
+        tag = pipeline_track(p, m);
         p->records_in++;
-        /* Full by count, or by bytes (the next record could be float32). */
-        if (full || !engine_slot_has_room(p->engine, slot))
-                pipeline_submit_ready(p, slot);
-        else if (idx == 0)
-                pipeline_arm_delay(p, e->arrived_us);
+        if (record_is_encoded(fmt)) {
+                /* A decode thread writes its RGB8 into the entry; it is
+                 * placed in a slot once decoded (pipeline_decode.c). */
+                pipeline_staging_take(p, m, tag, &times, fmt);
+                return 0;
+        }
+        r = pipeline_place(p, m, tag, &times, fmt, m->payload, m->len);
+        assert(r == 0);         /* room: checked above, on this thread */
         return 0;
 }
 
@@ -396,17 +381,10 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 goto fail;
         }
         if (cfg->decode) {
-                size_t positions = (size_t)engine_slots(cfg->engine) * (size_t)p->capacity;
-
                 p->decode = cfg->decode;
-                p->jobs = calloc(positions, sizeof(*p->jobs));
-                p->refused = calloc(positions, sizeof(*p->refused));
-                p->slot_decoding = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
-                p->slot_waiting = calloc((size_t)engine_slots(cfg->engine), sizeof(int));
-                if (!p->jobs || !p->refused || !p->slot_decoding || !p->slot_waiting) {
-                        r = -ENOMEM;
+                r = pipeline_staging_new(p, engine_slots(cfg->engine) * p->capacity);
+                if (r < 0)
                         goto fail;
-                }
         }
         *ret = p;
         return 0;
@@ -437,10 +415,7 @@ void pipeline_free(pipeline_t *p) {
         free(p->times);
         for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
                 free((char *)p->dlq_codes[i].label);
-        free(p->jobs);
-        free(p->refused);
-        free(p->slot_decoding);
-        free(p->slot_waiting);
+        pipeline_staging_free(p);
         free(p->held);
         free(p);
 }
@@ -512,7 +487,8 @@ void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s) {
 }
 
 int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch) {
-        if (batch_records_held(p->batch) > 0 || batch_in_flight(p->batch) > 0)
+        if (batch_records_held(p->batch) > 0 || batch_in_flight(p->batch) > 0 ||
+            (p->decode && pipeline_staging_busy(p) > 0))
                 return -EBUSY;
         p->meta.model_id = model_id;
         p->meta.precision = precision;
@@ -548,6 +524,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .slots = batch_depth(p->batch),
                 .slots_in_flight = batch_in_flight(p->batch),
                 .records_in_slots = batch_records_held(p->batch),
+                .records_decoding = p->decode ? pipeline_staging_busy(p) : 0,
                 .records_held = p->held_len,
                 .batch_limit = batch_limit(p->batch),
                 .batch_capacity = engine_max_batch(p->engine),

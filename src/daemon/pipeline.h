@@ -5,12 +5,14 @@
  *                finished at once without output (ops->skipped; tracked offset)
  *        bad  -> produce a copy to the DLQ                (tracked offset)
  *        good -> batch_add + copy into the engine's slot  (tracked offset)
- *        JPEG/PNG -> batch_add + a decode job writing the slot's record
- *                    (the decode pool's threads; tracked offset)
- *   slot full (or pipeline_delay_expired) -> engine_submit, once the
- *        slot's decode jobs are done (decode fd -> pipeline_decoded)
- *   engine fd -> pipeline_reap -> one prediction per record, or the DLQ
- *        copy of a record whose decoding was refused
+ *        JPEG/PNG/WebP -> a staging entry and a decode job writing its
+ *                    RGB8 there (the decode pool's threads; tracked offset)
+ *   decode fd -> pipeline_decoded -> a decoded record: batch_add + copy
+ *        into the engine's slot, as a good one; a refused one: the DLQ.
+ *        Records ready before a slow decode ends go in earlier batches.
+ *   slot full (or pipeline_delay_expired) -> engine_submit
+ *   engine fd -> pipeline_reap -> one prediction per record (or the DLQ
+ *        copy of one whose output is not finite)
  *
  * A record that cannot be placed (every slot busy, the decode queue or the
  * producer's queue full) waits, in order, among the held records, and the
@@ -153,6 +155,7 @@ typedef struct pipeline_stats {
         int slots;                      /* the engine's pipeline depth */
         int slots_in_flight;            /* submitted, not yet complete */
         int records_in_slots;           /* in FILLING, IN FLIGHT or DONE slots */
+        int records_decoding;           /* taken for decoding, not yet in a slot (or the DLQ) */
         size_t records_held;            /* consumed, waiting for room (not tracked) */
         int batch_limit;                /* the live max_batch */
         int batch_capacity;             /* the plan's batch (the engine's, after a model swap) */
@@ -196,10 +199,11 @@ void pipeline_pump(pipeline_t *p);
  * -errno after ops->fail. */
 int pipeline_reap(pipeline_t *p);
 
-/* Takes every completed decode job (the decode pool's fd became readable),
- * and submits the slots whose last job it was and that were waiting to be
- * submitted. Returns 0, or -errno after ops->fail. The owner pumps again
- * after it: a full decode queue may have held records back. */
+/* Takes every completed decode job (the decode pool's fd became readable):
+ * a decoded record goes into the FILLING slot (submitted when full, as
+ * ever), a refused one to the DLQ. Returns 0, or -errno after ops->fail.
+ * The owner pumps again after it: a full decode queue may have held records
+ * back. */
 int pipeline_decoded(pipeline_t *p);
 
 /* Retries the DONE slots whose predictions did not all fit the producer.
@@ -219,7 +223,8 @@ int pipeline_produce_pending(pipeline_t *p);
 int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m);
 
 /* Submits the FILLING slot, if any (a drain or a revoke: no more records
- * will come to fill it). */
+ * will come to fill it); records still decoding then fill another, which is
+ * submitted as soon as the last of them is placed. */
 void pipeline_flush_filling(pipeline_t *p);
 
 /* The batch-delay deadline (ops->arm_delay) came: submits the FILLING slot

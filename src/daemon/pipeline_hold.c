@@ -185,6 +185,10 @@ void pipeline_pump(pipeline_t *p) {
         bool blocked = p->intake_closed;
         int budget = PIPELINE_PUMP_BUDGET;
 
+        /* Decoded records first: they were taken before any held one. */
+        if (pipeline_staging_place(p) < 0)
+                return;
+
         while (budget-- > 0) {
                 rd_kafka_message_t *m;
 

@@ -8,6 +8,8 @@
  *                       headers and tickets, and the DLQ's refusals
  *   pipeline_hold.c     the held queue, the hold and pausing fetching, the
  *                       pump, closing the intake and the drain
+ *   pipeline_decode.c   records that need decoding: their staging entries,
+ *                       the decode jobs, placing decoded records in slots
  *
  * Not a module boundary: each file reads and writes struct pipeline. */
 #ifndef INFERD_PIPELINE_PRIV_H
@@ -20,6 +22,15 @@
  * layers give, plus room for one that a later layer adds without telling
  * this table (it is then counted under its own name, not lost). */
 #define PIPELINE_DLQ_CODES_MAX 16
+
+/* A record taken for decoding (pipeline_decode.c): from its take until it
+ * is placed in a slot (decoded) or sent to the DLQ (refused). */
+typedef struct pipeline_staged {
+        rd_kafka_message_t *msg;        /* owned while the entry is busy */
+        int tag;                        /* its offset's partition id (batch_offsets) */
+        rectime_t times;                /* taken_us and decoded_us so far */
+        decode_job_t job;               /* its out: the entry's buffer in staging */
+} pipeline_staged_t;
 
 struct pipeline {
         pipeline_ops_t ops;             /* copied */
@@ -40,14 +51,22 @@ struct pipeline {
         bool trace_headers, timing_header;      /* live */
         int *slot_produced;             /* (depth) records of a DONE slot already produced */
 
-        /* Decoding (when decode is not NULL): one job per slot position,
-         * (depth, capacity); a slot is submitted to the engine once
-         * slot_decoding reaches 0, with the n batch_submit gave it. */
+        /* Decoding (when decode is not NULL, pipeline_decode.c): an
+         * encoded record is taken into a staging entry, decoded there by
+         * the pool, and placed into the FILLING slot once it is decoded,
+         * like a raw record; records taken after it that were ready at
+         * once go into batches before it. The entries and their RGB8
+         * buffers are made at start, one per slot position. */
         decode_pool_t *decode;          /* borrowed */
-        decode_job_t *jobs;             /* (depth * capacity) */
-        bool *refused;                  /* (depth * capacity): the job's decode was refused: DLQ, not a prediction */
-        int *slot_decoding;             /* (depth) jobs not yet reaped */
-        int *slot_waiting;              /* (depth) batch_submit's n, while the engine waits for decodes; 0 = none */
+        pipeline_staged_t *staged;      /* (n_staged) */
+        uint8_t *staging;               /* (n_staged, RECORD_RGB8_BYTES): the decoded images */
+        int n_staged;
+        int *staged_free;               /* a stack of free entries' indices */
+        int n_staged_free;
+        int *decoded;                   /* a ring of decoded entries' indices, in the order they were reaped */
+        int decoded_head, decoded_len;
+        bool flush_after_decodes;       /* pipeline_flush_filling came with records still staged: submit the
+                                         * FILLING slot again once the last of them is placed */
         int capacity;                   /* the batcher's capacity (positions per slot) */
 
         /* Records consumed but not placed yet, in order (a ring); owned. */
@@ -99,7 +118,7 @@ static inline void pipeline_fail(pipeline_t *p, int status) {
         p->ops.fail(p->userdata, status);
 }
 
-/* Position i of slot in the (depth, capacity) arrays: jobs, refused, times. */
+/* Position i of slot in the (depth, capacity) array times. */
 static inline size_t pipeline_pos(const pipeline_t *p, int slot, int i) {
         return (size_t)slot * (size_t)p->capacity + (size_t)i;
 }
@@ -114,6 +133,40 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m);
  * bytes (the next record could be float32). */
 bool pipeline_slot_full(const pipeline_t *p, int slot);
 
+/* Places a ready record's bytes (len of format fmt, or RGB8 when decoded)
+ * as the next record of the FILLING slot (or a FREE one), msg and times
+ * with it, and submits the slot when full or arms its delay. -ENOBUFS: no
+ * room now (nothing done). */
+int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectime_t *times, record_format_t fmt,
+                   const void *bytes, size_t len);
+
+/* Submits the FILLING slot, if any, whatever the cap says (charged to it). */
+void pipeline_submit_filling(pipeline_t *p);
+
+/* --- pipeline_decode.c ------------------------------------------------------ */
+
+/* Makes the staging entries for n records (decode set). 0 or -ENOMEM. */
+int pipeline_staging_new(pipeline_t *p, int n);
+/* Frees them and the records they still hold. */
+void pipeline_staging_free(pipeline_t *p);
+
+/* Whether an encoded record can be taken now (a free entry). */
+bool pipeline_staging_has_room(const pipeline_t *p);
+
+/* Takes encoded record m of format fmt (tracked under tag, times as taken)
+ * into a free entry and queues its decode job. There must be room. */
+void pipeline_staging_take(pipeline_t *p, rd_kafka_message_t *m, int tag, const rectime_t *times,
+                           record_format_t fmt);
+
+/* Records taken and not yet placed in a slot or sent to the DLQ. */
+int pipeline_staging_busy(const pipeline_t *p);
+
+/* Places decoded records in the slots, and sends refused ones to the DLQ,
+ * in the order their decodes ended, while there is room; after a flush
+ * (flush_after_decodes) submits the FILLING slot once none is left. 0, or
+ * -errno after ops->fail. */
+int pipeline_staging_place(pipeline_t *p);
+
 /* --- pipeline_produce.c ----------------------------------------------------- */
 
 /* A ticket for an output of m (calloc'd); NULL when out of memory. */
@@ -126,6 +179,12 @@ int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m);
 /* A record refused as it is taken (its type, or its age): its DLQ copy, and
  * the same returns as pipeline_take's. */
 int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail);
+
+/* Sends a record already tracked under tag, that gets no prediction, to
+ * the DLQ: 0 when *mp is gone (sent, or dropped with exactly-once and the
+ * transaction doomed: the rewind brings it back), else -ENOBUFS (the
+ * producer is full) or another -errno (fatal), and *mp stays the caller's. */
+int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const char *code, const char *detail);
 
 /* Produces the predictions of a DONE slot, from where it stopped; releases
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the

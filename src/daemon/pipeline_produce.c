@@ -1,7 +1,7 @@
 /* pipeline_produce: the pipeline's outputs. Each record of a completed
  * slot becomes a prediction to the output topic, or a copy to the DLQ (its
- * decode refused, its output not finite); a record refused as it is taken
- * becomes a DLQ copy at once. Here are their headers (the source, the copied
+ * output not finite); a record refused as it is taken, or when its decode
+ * ends, becomes a DLQ copy at once. Here are their headers (the source, the copied
  * trace context, inferd-timing), their tickets (pipeline.h), the offsets
  * they are tracked under, and a DLQ copy too large for the broker, produced
  * again without its value (dlq.h).
@@ -207,25 +207,21 @@ int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code
         return 0;
 }
 
-/* A record of a DONE slot that gets no prediction (its decode was refused,
- * or its output is not finite) goes to the DLQ under the offset it was
- * tracked with; with exactly-once and the transaction doomed, it is dropped
- * instead (the rewind after the abort brings it back). Returns 0 when the
- * record has left the slot, else pipeline_dead_letter's -errno (it stays). */
-static int pipeline_produce_dead(pipeline_t *p, batch_entry_t *e, const char *code, const char *detail) {
-        int r = pipeline_dead_letter(p, e->msg, code, detail, e->tag);
+int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const char *code, const char *detail) {
+        int r = pipeline_dead_letter(p, *mp, code, detail, tag);
 
         if (r == -ECANCELED) {
-                rd_kafka_message_destroy(e->msg);
+                rd_kafka_message_destroy(*mp);
                 r = 0;
         }
         if (r == 0)
-                e->msg = NULL;
+                *mp = NULL;
         return r;
 }
 
 /* Produces position i of a DONE slot: its prediction (top: the slot's
- * results, (n, engine_top_k)), or its DLQ copy. t_now is when the slot's
+ * results, (n, engine_top_k)), or its DLQ copy when its output is not
+ * finite. t_now is when the slot's
  * results are produced. Returns 0 when the record has left the slot,
  * -ENOBUFS when the producer's queue is full (it stays, to be retried),
  * other -errno (fatal; it stays). */
@@ -240,19 +236,13 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         char *json = NULL;
         int len, r;
 
-        if (p->refused && p->refused[pos]) {
-                /* Its decode was refused: the engine ran on a placeholder. */
-                const decode_job_t *j = &p->jobs[pos];
-
-                r = pipeline_produce_dead(p, e, j->code ? j->code : RECORD_ERR_DECODE_FAILED, j->err.msg);
-                if (r == 0)
-                        p->refused[pos] = false;
+        if (!engine_topk_is_finite(scores)) {
+                r = pipeline_produce_dead(p, &m, e->tag, RECORD_ERR_NON_FINITE_OUTPUT,
+                                          "the model's output for this record is not finite (a NaN or infinite "
+                                          "logit), so it has no prediction");
+                e->msg = m;     /* NULL once it left */
                 return r;
         }
-        if (!engine_topk_is_finite(scores))
-                return pipeline_produce_dead(p, e, RECORD_ERR_NON_FINITE_OUTPUT,
-                                             "the model's output for this record is not finite (a NaN or "
-                                             "infinite logit), so it has no prediction");
         h = pipeline_source_headers(p, m);
         t = pipeline_ticket_new(m, false);
         if (t) {
@@ -267,7 +257,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
                         rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
         }
-        len = prediction_format(&json, scores, p->top_k, (double)(t_now - e->arrived_us) / 1000.0, &p->meta);
+        len = prediction_format(&json, scores, p->top_k, (double)(t_now - p->times[pos].taken_us) / 1000.0, &p->meta);
         if (!h || !t || len < 0) {
                 r = -ENOMEM;
                 log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset, strerror(ENOMEM));
@@ -340,7 +330,9 @@ int pipeline_produce_pending(pipeline_t *p) {
                         return r;
                 }
         }
-        return 0;
+        /* Refused decodes' DLQ copies that found the producer full, and
+         * decoded records for the slots released above. */
+        return pipeline_staging_place(p);
 }
 
 int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {

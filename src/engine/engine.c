@@ -107,6 +107,7 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->decode_max_pixels = o->decode_max_pixels;
         req->decode_running = o->decode_running;
         req->decode_input_bytes = o->decode_input_bytes;
+        req->decode_staged = o->decode_staged;
         req->cpu_threads = o->cpu_threads;
         req->cpu_reference = o->cpu_reference;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
@@ -152,6 +153,9 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
         r = engine_slots_alloc(e, err);
         if (r < 0)
                 goto fail;
+        /* The plan's after open (which may lower the batch): the daemon's
+         * pipeline makes its decode staging for this batch. */
+        e->held_decode_staging_bytes = e->plan.decode_staging_bytes;
         *ret = e;
         return 0;
 fail:
@@ -185,6 +189,7 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
         req.measured_context_bytes = e->request.measured_context_bytes;
         req.held_arena_bytes = e->held_arena_bytes;
         req.held_pinned_host_bytes = e->held_pinned_host_bytes;
+        req.held_decode_staging_bytes = e->held_decode_staging_bytes;
         r = plan_make(next, &req, ret, err);
         if (r < 0)
                 return r;

@@ -109,6 +109,7 @@ struct engine {
          * swap's plan charges them (plan_request_t held_*). */
         uint64_t held_arena_bytes;
         uint64_t held_pinned_host_bytes;
+        uint64_t held_decode_staging_bytes;     /* the plan's at open: the daemon's pipeline made them */
         record_format_t *formats;       /* (depth, max_batch): the format of each packed record */
         uint64_t *offsets;      /* (depth, max_batch): where each record starts in the slot's input */
         pack_t *packs;          /* (depth): the packing of each slot's current batch */
@@ -138,6 +139,7 @@ typedef struct engine_options {
         bool decode_running;            /* decode_threads and decode_max_pixels are the running pool's (a
                                          * model swap in place): see plan_request_t */
         uint64_t decode_input_bytes;    /* per context, a copy of the encoded input (inferd-run), or 0 */
+        bool decode_staged;             /* the daemon's decode staging (plan_request_t) */
         engine_cuda_options_t cuda;     /* all off after engine_options_init */
         int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default
                                          * (OMP_NUM_THREADS, else the CPUs the process may run on) */

@@ -72,7 +72,10 @@ static void test_daemon_swap_plans_running_decode_pool(void) {
         CU_ASSERT_EQUAL(p.decode_threads, 3);
         CU_ASSERT_EQUAL(p.decode_limit, PLAN_DECODE_LIMIT_RUNNING);
         CU_ASSERT_EQUAL(p.decode_max_pixels, 4000000);
-        CU_ASSERT_EQUAL(p.decode_host_bytes, 3 * per);
+        /* The pool's contexts, and the pipeline's staging: an RGB8 image
+         * per slot position. */
+        CU_ASSERT_EQUAL(p.decode_staging_bytes, 2 * 4 * RECORD_RGB8_BYTES);
+        CU_ASSERT_EQUAL(p.decode_host_bytes, 3 * per + p.decode_staging_bytes);
         CU_ASSERT_EQUAL(p.max_batch, 4);
         CU_ASSERT_EQUAL(p.pinned_host_bytes + p.decode_host_bytes + p.host_rest_bytes, 320 * MiB);
         CU_ASSERT(p.host_rest_bytes >= 10 * MiB);

@@ -302,6 +302,24 @@ static void test_plan_decode_buffers(void) {
         CU_ASSERT_EQUAL(with.decode_host_bytes, 3 * (with.decode.buffer_bytes + with.decode.library_bytes));
         CU_ASSERT_EQUAL(with.max_batch, without.max_batch);
         CU_ASSERT_EQUAL(with.total_bytes, without.total_bytes);
+        CU_ASSERT_EQUAL(with.decode_staging_bytes, 0);
+
+        /* The daemon's staging: a decoded RGB8 image per slot position,
+         * charged to the host budget beside the contexts; a swap's smaller
+         * batch still charges what was made at start. */
+        req.decode_staged = true;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &with, NULL), 0);
+        CU_ASSERT_EQUAL(with.decode_staging_bytes,
+                        (uint64_t)req.pipeline_depth * (uint64_t)with.max_batch * 224 * 224 * 3);
+        CU_ASSERT_EQUAL(with.decode_host_bytes, 3 * (with.decode.buffer_bytes + with.decode.library_bytes) +
+                                                        with.decode_staging_bytes);
+        CU_ASSERT_EQUAL(with.pinned_host_bytes + with.decode_host_bytes + with.host_rest_bytes,
+                        with.host_budget_bytes);
+        req.held_decode_staging_bytes = with.decode_staging_bytes;
+        req.max_batch = with.max_batch / 2;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &without, NULL), 0);
+        CU_ASSERT_EQUAL(without.max_batch, with.max_batch / 2);
+        CU_ASSERT_EQUAL(without.decode_staging_bytes, with.decode_staging_bytes);
         model_free(m);
 }
 
