@@ -664,11 +664,12 @@ int plan_write_text(const plan_t *p, FILE *out) {
                         (unsigned long long)p->decode.library_bytes);
                 if (p->decode_staging_bytes)
                         fprintf(out, "  %-22s %12s  (%llu bytes: a decoded image for each slot position, where a "
-                                "record waits between its decode and its batch)\n", "staging (all contexts)",
+                                "record waits between its decode and its batch; one for all contexts)\n", "  staging",
                                 units_format_size(p->decode_staging_bytes, a, sizeof(a)),
                                 (unsigned long long)p->decode_staging_bytes);
-                fprintf(out, "  %-22s %12s  (all contexts) of the host budget\n", "decode total",
-                        units_format_size(p->decode_host_bytes, a, sizeof(a)));
+                fprintf(out, "  %-22s %12s  (all contexts%s) of the host budget\n", "decode total",
+                        units_format_size(p->decode_host_bytes, a, sizeof(a)),
+                        p->decode_staging_bytes ? " and the staging" : "");
         }
         fprintf(out, "  %-22s %12s  of the host budget (librdkafka's queues; at least %s)\n", "host budget left",
                 units_format_size(p->host_rest_bytes, a, sizeof(a)), units_format_size(p->host_reserve_bytes, b, sizeof(b)));
