@@ -141,6 +141,7 @@ static void daemon_check_drained(daemon_t *d) {
                 if (r < 0)
                         log_warning("%s", err.msg);
         }
+        daemon_txn_log_totals(d);
         r = kafka_close(d->kafka, &err);
         if (r < 0)
                 log_warning("%s", err.msg);

@@ -84,6 +84,10 @@ struct daemon {
                                          * for the broker): once the slots are empty it is aborted and the
                                          * partitions rewound; outputs meanwhile are dropped */
         int txn_doomed_aborts;          /* such aborts since the last commit (a limit stops a loop) */
+        uint64_t txn_closed_us;         /* when the commit point in progress closed the intake; 0 = none */
+        struct {                        /* the commit points' cost, logged when the daemon drains */
+                uint64_t commits, inflight_us, commit_us;
+        } txn_totals;
         int exit_status;
         uint64_t drain_started_us;
 
@@ -156,6 +160,7 @@ int daemon_txn_abort(daemon_t *d, bool rewind);
 int daemon_txn_commit(daemon_t *d, bool rewind);
 void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
+void daemon_txn_log_totals(const daemon_t *d);
 
 /* daemon_rebalance.c: Kafka's callbacks (kafka_callbacks_t) and the
  * pipeline's skipped record. */
