@@ -128,10 +128,12 @@ const cfg_key_t cfg_keys[] = {
                         "consumer sees each input once.",
         },
         {
-                .section = "kafka", .name = "transaction_max_ms", .type = CFG_T_INT, .def = "100",
+                .section = "kafka", .name = "transaction_max_ms", .type = CFG_T_INT, .def = "500",
                 .min = 0, .max = 60000,                 .reload = CFG_RELOAD_RESTART, F(kafka.transaction_max_ms),
                 .description = "exactly-once: a transaction gathers the batches completed within this long, then commits "
-                        "(0: one transaction per batch).",
+                        "(0: one transaction per batch). A read_committed consumer sees a prediction up to this long "
+                        "after it is made, plus the commit; each commit closes the intake until what is in flight "
+                        "is acknowledged.",
         },
 
         {

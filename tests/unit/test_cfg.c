@@ -89,7 +89,7 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_FALSE(c->decode.fast);
         CU_ASSERT_FALSE(c->decode.exif_orientation);
         CU_ASSERT_EQUAL(c->kafka.delivery, CFG_DELIVERY_AT_LEAST_ONCE);
-        CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 100);
+        CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 500);
         CU_ASSERT_EQUAL(c->kafka_consumer.n, 0);
         CU_ASSERT_EQUAL(c->kafka_producer.n, 0);
         CU_ASSERT_STRING_EQUAL(c->model.weights, "/var/lib/inferd/w.safetensors");
