@@ -317,7 +317,10 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->device_memory_bytes = req->device_memory_bytes;
         p->budget_bytes = req->budget_bytes;
         p->host_budget_bytes = req->host_budget_bytes;
-        p->weights_bytes = plan_weight_layout(m, req->precision, NULL, NULL);
+        /* The CPU engine keeps the model's folded fp32 blocks whatever its
+         * precision (its terms add the reordered copy: bf16 in bf16). */
+        p->weights_bytes = plan_weight_layout(m, req->backend == BACKEND_CPU ? PRECISION_FP32 : req->precision,
+                                              NULL, NULL);
         p->arena_elems_per_sample = plan_place_tensors(m, p->tensor_offset);
         p->activation_bytes_per_sample = p->arena_elems_per_sample * precision_bytes(req->precision);
         p->activation_bytes = p->activation_bytes_per_sample * (uint64_t)batch;

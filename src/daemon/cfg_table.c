@@ -149,7 +149,7 @@ const cfg_key_t cfg_keys[] = {
         {
                 .section = "model", .name = "precision", .type = CFG_T_PRECISION, .def = "fp16",
                 .reload = CFG_RELOAD_SWAP, .apply = cfg_apply_precision, F(model.precision),
-                .description = "Compute precision on CUDA (auto means fp16); the CPU engine always computes in fp32. Reloaded by a model swap in place, within the arena allocated at start (on the CPU engine a change needs no swap).",
+                .description = "Compute precision: on CUDA fp32, fp16 or bf16 (auto means fp16); the CPU engine computes in fp32 whatever this says, except bf16, which it computes in where the CPU has AVX512_BF16 or AMX and refuses at start elsewhere. Reloaded by a model swap in place, within the arena allocated at start (on the CPU engine only a change to or from bf16 swaps, and from bf16 to fp32 needs fp32's larger arena: a restart).",
         },
 
         {

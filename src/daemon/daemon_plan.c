@@ -20,9 +20,10 @@
 void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budget, size_t len) {
         engine_options_init(o);
         o->backend = c->engine.backend;
-        /* The config's precision is CUDA's; the CPU engine computes in fp32
-         * whatever it says (the file's comment says so), as AUTO does. */
-        o->precision = c->engine.backend == BACKEND_CPU ? PRECISION_AUTO : c->model.precision;
+        /* The config's precision is CUDA's, but for bf16: the CPU engine
+         * computes in fp32 (AUTO) for anything else, fp16 the default. */
+        o->precision = c->engine.backend == BACKEND_CPU && c->model.precision != PRECISION_BF16 ? PRECISION_AUTO
+                                                                                              : c->model.precision;
         o->device = c->engine.device;
         o->cpu_threads = c->engine.threads;
         o->device_budget = c->memory.gpu_budget;

@@ -343,16 +343,17 @@ static int daemon_set_max_record_age(void *userdata, uint64_t max_record_age_ms,
         return 0;
 }
 
-/* [model] precision, a swap key: nothing to swap for it on the CPU engine,
- * which computes in fp32 whatever it says. */
+/* [model] precision, a swap key. On the CPU engine only bf16 is its own
+ * precision (anything else computes in fp32): a change that keeps what the
+ * engine computes in needs no swap. */
 static int daemon_set_precision(void *userdata, precision_t precision, errbuf_t *why) {
         daemon_t *d = userdata;
+        precision_t cpu = precision == PRECISION_BF16 ? PRECISION_BF16 : PRECISION_FP32;
 
-        (void)precision;
         (void)why;
-        if (!d->engine || strcmp(engine_backend(d->engine), "cpu") != 0)
+        if (!d->engine || strcmp(engine_backend(d->engine), "cpu") != 0 || engine_precision(d->engine) != cpu)
                 return -EAGAIN;
-        log_info("Reload: [model] precision: no swap, the CPU engine computes in fp32 whatever it says");
+        log_info("Reload: [model] precision: no swap, the CPU engine computes in %s as before", precision_name(cpu));
         return 0;
 }
 

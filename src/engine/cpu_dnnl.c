@@ -1,9 +1,10 @@
 /* cpu_dnnl: the CPU engine's convolutions on oneDNN (Debian's libdnnl 2.6).
  * See cpu_dnnl.h. Every primitive, memory object and reordered weight block
- * is made in cpu_dnnl_new; cpu_dnnl_conv only points the memory objects at
+ * is made in cpu_dnnl_new; cpu_dnnl_op only points the memory objects at
  * the caller's buffers and executes. */
 #include "engine/cpu_dnnl.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,25 +26,29 @@ typedef struct cpu_dnnl_prim {
         dnnl_memory_t mem[CPU_DNNL_MEMS];       /* RES: NULL without a residual */
 } cpu_dnnl_prim_t;
 
-typedef struct cpu_dnnl_conv {
+/* One op of the model table that oneDNN runs: a conv, or the max pool in bf16. */
+typedef struct cpu_dnnl_layer {
         int op;                 /* index in the model's table */
-        dnnl_memory_desc_t w_md;        /* the layout the largest bucket chose; every bucket uses it */
-        void *weights;          /* reordered into w_md: within cpu_dnnl's one weights block */
-        dnnl_memory_t w_mem, b_mem;     /* b_mem: the model's folded bias, not copied */
+        model_op_kind_t kind;   /* MODEL_OP_CONV or MODEL_OP_MAXPOOL */
+        dnnl_memory_desc_t w_md;        /* conv: the layout the largest bucket chose; every bucket uses it */
+        void *weights;          /* conv: reordered into w_md, within cpu_dnnl's one weights block */
+        dnnl_memory_t w_mem, b_mem;     /* conv; b_mem: the model's folded fp32 bias, not copied */
         size_t in_elems, out_elems;     /* per sample */
         int has_residual;
         cpu_dnnl_prim_t *by_bucket;     /* (n_buckets) */
-} cpu_dnnl_conv_t;
+} cpu_dnnl_layer_t;
 
 struct cpu_dnnl {
         dnnl_stream_t stream;
+        dnnl_data_type_t dt;    /* the activations' and the weights' (f32 or bf16); bias f32 */
+        size_t elem_bytes;      /* of dt */
         void *weights;          /* every conv's reordered weights, one block (one large block is
                                  * mmapped and unmapped whole: freeing it leaves no heap behind) */
         int buckets[ENGINE_CUDA_MAX_BUCKETS];
         int n_buckets;
-        int n_convs;
-        cpu_dnnl_conv_t *convs;
-        int *conv_of_op;        /* (MODEL_MAX_OPS): index into convs, -1 for other ops */
+        int n_layers;
+        cpu_dnnl_layer_t *layers;
+        int *layer_of_op;       /* (MODEL_MAX_OPS): index into layers, -1 for ops run elsewhere */
 };
 
 static dnnl_engine_t cpu_dnnl_engine;
@@ -75,50 +80,50 @@ static int cpu_dnnl_fail(errbuf_t *err, const model_op_t *op, const char *what, 
                           op->name, dnnl_status2str(s));
 }
 
-static void cpu_dnnl_md(dnnl_memory_desc_t *md, int n, int c, int h, int w) {
-        dnnl_dims_t dims = { n, c, h, w };
-
-        dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, dnnl_nhwc);
+int cpu_dnnl_runs(precision_t p, model_op_kind_t kind) {
+        /* The bf16 activations need a bf16 max pool; in fp32, cpu_ops'
+         * is as fast (docs/perf.md) and keeps a NaN as torch does. */
+        return kind == MODEL_OP_CONV || (kind == MODEL_OP_MAXPOOL && p == PRECISION_BF16);
 }
 
-/* The memory descriptors of conv op's weights, (cout, cin, kh, kw) in the
- * layout wtag, and of its bias. */
-static void cpu_dnnl_conv_mds(const model_op_t *op, dnnl_format_tag_t wtag, dnnl_memory_desc_t *wt,
-                              dnnl_memory_desc_t *bias) {
+static dnnl_data_type_t cpu_dnnl_dt(precision_t p) {
+        return p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+static void cpu_dnnl_md(dnnl_memory_desc_t *md, dnnl_data_type_t dt, int n, int c, int h, int w) {
+        dnnl_dims_t dims = { n, c, h, w };
+
+        dnnl_memory_desc_init_by_tag(md, 4, dims, dt, dnnl_nhwc);
+}
+
+/* The memory descriptors of conv op's weights, (cout, cin, kh, kw) of type
+ * dt in the layout wtag, and of its fp32 bias. */
+static void cpu_dnnl_conv_mds(const model_op_t *op, dnnl_data_type_t dt, dnnl_format_tag_t wtag,
+                              dnnl_memory_desc_t *wt, dnnl_memory_desc_t *bias) {
         dnnl_dims_t wdims = { op->cout, op->cin, op->kh, op->kw }, bdims = { op->cout };
 
-        dnnl_memory_desc_init_by_tag(wt, 4, wdims, dnnl_f32, wtag);
+        dnnl_memory_desc_init_by_tag(wt, 4, wdims, dt, wtag);
         dnnl_memory_desc_init_by_tag(bias, 1, bdims, dnnl_f32, dnnl_x);
 }
 
-/* The primitive descriptor of conv op at batch n: NHWC fp32 activations,
- * bias, then the residual (binary add) and the ReLU as post-ops, scratchpad
- * in user mode. w_md NULL lets oneDNN choose the weights' layout. */
-static int cpu_dnnl_conv_pd(const model_op_t *op, int n, const dnnl_memory_desc_t *w_md,
-                            dnnl_primitive_desc_t *ret, errbuf_t *err) {
+/* conv op's operation descriptor and attributes at batch n: NHWC
+ * activations of type dt, bias, then the residual (binary add) and the ReLU
+ * as post-ops. w_md NULL lets oneDNN choose the weights' layout. */
+static dnnl_status_t cpu_dnnl_conv_desc(const model_op_t *op, dnnl_data_type_t dt, int n,
+                                        const dnnl_memory_desc_t *w_md, dnnl_convolution_desc_t *cd,
+                                        dnnl_primitive_attr_t attr) {
         dnnl_memory_desc_t src, dst, wt, bias;
         dnnl_dims_t strides = { op->stride, op->stride }, pad = { op->pad, op->pad };
-        dnnl_convolution_desc_t cd;
-        dnnl_primitive_attr_t attr = NULL;
         dnnl_post_ops_t po = NULL;
-        dnnl_engine_t eng = NULL;
         dnnl_status_t s;
-        int r;
 
-        r = cpu_dnnl_engine_get(&eng, err);
-        if (r < 0)
-                return r;
-        cpu_dnnl_md(&src, n, op->cin, op->h_in, op->w_in);
-        cpu_dnnl_md(&dst, n, op->cout, op->h_out, op->w_out);
-        cpu_dnnl_conv_mds(op, dnnl_format_tag_any, &wt, &bias);
+        cpu_dnnl_md(&src, dt, n, op->cin, op->h_in, op->w_in);
+        cpu_dnnl_md(&dst, dt, n, op->cout, op->h_out, op->w_out);
+        cpu_dnnl_conv_mds(op, dt, dnnl_format_tag_any, &wt, &bias);
         if (w_md)
                 wt = *w_md;
-        s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wt,
+        s = dnnl_convolution_forward_desc_init(cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wt,
                                                &bias, &dst, strides, pad, pad);
-        if (s == dnnl_success)
-                s = dnnl_primitive_attr_create(&attr);
-        if (s == dnnl_success)
-                s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
         if (s == dnnl_success)
                 s = dnnl_post_ops_create(&po);
         if (s == dnnl_success && op->residual >= 0)
@@ -133,21 +138,81 @@ static int cpu_dnnl_conv_pd(const model_op_t *op, int n, const dnnl_memory_desc_
                 s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, CPU_DNNL_RELU_ALPHA, 0.0f);
         if (s == dnnl_success)
                 s = dnnl_primitive_attr_set_post_ops(attr, po);
-        if (s == dnnl_success)
-                s = dnnl_primitive_desc_create(ret, &cd, attr, eng, NULL);
         dnnl_post_ops_destroy(po);
+        return s;
+}
+
+/* Whether pd is a real kernel: in bf16, oneDNN falls back to its reference
+ * implementation (scalar C++, tens of times slower) where the CPU lacks a
+ * bf16 kernel for a shape, and that is refused, never picked silently. */
+static int cpu_dnnl_check_impl(const_dnnl_primitive_desc_t pd, const model_op_t *op, dnnl_data_type_t dt,
+                               errbuf_t *err) {
+        const char *impl = NULL;
+
+        if (dt != dnnl_bf16)
+                return 0;
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+                impl = "unknown";
+        if (strncmp(impl, "ref", 3) == 0 || strstr(impl, ":ref") || strcmp(impl, "unknown") == 0)
+                return errbuf_set(err, -EOPNOTSUPP,
+                                  "oneDNN has no bf16 kernel for %s on this CPU (only its '%s' implementation, "
+                                  "instruction set %s); use [model] precision = fp32",
+                                  op->name, impl, cpu_dnnl_isa());
+        return 0;
+}
+
+/* The primitive descriptor of op (a conv or a max pool) at batch n in type
+ * dt, scratchpad in user mode. w_md: as cpu_dnnl_conv_desc. */
+static int cpu_dnnl_pd(const model_op_t *op, dnnl_data_type_t dt, int n, const dnnl_memory_desc_t *w_md,
+                       dnnl_primitive_desc_t *ret, errbuf_t *err) {
+        dnnl_convolution_desc_t cd;
+        dnnl_pooling_desc_t pool;
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_engine_t eng = NULL;
+        dnnl_status_t s;
+        int r;
+
+        r = cpu_dnnl_engine_get(&eng, err);
+        if (r < 0)
+                return r;
+        s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success)
+                s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+        if (s == dnnl_success && op->kind == MODEL_OP_CONV) {
+                s = cpu_dnnl_conv_desc(op, dt, n, w_md, &cd, attr);
+                if (s == dnnl_success)
+                        s = dnnl_primitive_desc_create(ret, &cd, attr, eng, NULL);
+        } else if (s == dnnl_success) {
+                dnnl_memory_desc_t src, dst;
+                dnnl_dims_t strides = { op->stride, op->stride }, kernel = { op->kh, op->kw };
+                dnnl_dims_t pad = { op->pad, op->pad };
+
+                assert(op->kind == MODEL_OP_MAXPOOL);
+                cpu_dnnl_md(&src, dt, n, op->cin, op->h_in, op->w_in);
+                cpu_dnnl_md(&dst, dt, n, op->cout, op->h_out, op->w_out);
+                s = dnnl_pooling_forward_desc_init(&pool, dnnl_forward_inference, dnnl_pooling_max, &src, &dst,
+                                                   strides, kernel, pad, pad);
+                if (s == dnnl_success)
+                        s = dnnl_primitive_desc_create(ret, &pool, attr, eng, NULL);
+        }
         dnnl_primitive_attr_destroy(attr);
         if (s != dnnl_success)
-                return cpu_dnnl_fail(err, op, "the convolution's descriptor", s);
-        return 0;
+                return cpu_dnnl_fail(err, op, op->kind == MODEL_OP_CONV ? "the convolution's descriptor"
+                                                                       : "the max pool's descriptor", s);
+        r = cpu_dnnl_check_impl(*ret, op, dt, err);
+        if (r < 0) {
+                dnnl_primitive_desc_destroy(*ret);
+                *ret = NULL;
+        }
+        return r;
 }
 
 static size_t cpu_dnnl_align(size_t v) {
         return (v + CPU_DNNL_ALIGN - 1) / CPU_DNNL_ALIGN * CPU_DNNL_ALIGN;
 }
 
-int cpu_dnnl_sizes(const model_t *m, int max_batch, size_t *ret_scratch_bytes, size_t *ret_weights_bytes,
-                   errbuf_t *err) {
+int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, size_t *ret_scratch_bytes,
+                   size_t *ret_weights_bytes, errbuf_t *err) {
         int buckets[ENGINE_CUDA_MAX_BUCKETS], n_buckets = engine_cuda_buckets(max_batch, buckets);
         size_t scratch = 0, weights = 0;
 
@@ -157,17 +222,18 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, size_t *ret_scratch_bytes, s
                 const model_op_t *op = &m->ops[i];
                 dnnl_memory_desc_t w_md;
 
-                if (op->kind != MODEL_OP_CONV)
+                if (!cpu_dnnl_runs(p, op->kind))
                         continue;
-                /* The largest bucket chooses the weights' layout; the others use it. */
+                /* The largest bucket chooses a conv's weights' layout; the others use it. */
                 for (int b = n_buckets - 1; b >= 0; b--) {
+                        int largest = b == n_buckets - 1;
                         dnnl_primitive_desc_t pd;
                         size_t sp;
-                        int r = cpu_dnnl_conv_pd(op, buckets[b], b == n_buckets - 1 ? NULL : &w_md, &pd, err);
+                        int r = cpu_dnnl_pd(op, cpu_dnnl_dt(p), buckets[b], largest ? NULL : &w_md, &pd, err);
 
                         if (r < 0)
                                 return r;
-                        if (b == n_buckets - 1) {
+                        if (largest && op->kind == MODEL_OP_CONV) {
                                 w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
                                 weights += cpu_dnnl_align(dnnl_memory_desc_get_size(&w_md));
                         }
@@ -182,11 +248,11 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, size_t *ret_scratch_bytes, s
         return 0;
 }
 
-/* Reorders op's folded weights, (cout, kh, kw, cin) fp32, into c->weights
- * in the layout w_md, and makes the memory objects of the weights and the
- * bias. */
-static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op_t *op,
-                            const dnnl_memory_desc_t *w_md, dnnl_stream_t stream, errbuf_t *err) {
+/* Reorders conv op's folded weights, (cout, kh, kw, cin) fp32, into
+ * l->weights in the layout (and type) of l->w_md, and makes the memory
+ * objects of the weights and the bias. */
+static int cpu_dnnl_weights(cpu_dnnl_layer_t *l, const model_t *m, const model_op_t *op, dnnl_stream_t stream,
+                            errbuf_t *err) {
         dnnl_memory_desc_t user_md, b_md;
         dnnl_memory_t user = NULL;
         dnnl_primitive_desc_t rpd = NULL;
@@ -198,18 +264,18 @@ static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
-        cpu_dnnl_conv_mds(op, dnnl_ohwi, &user_md, &b_md);
+        cpu_dnnl_conv_mds(op, dnnl_f32, dnnl_ohwi, &user_md, &b_md);
         s = dnnl_memory_create(&user, &user_md, eng, m->weights + op->w_off);
         if (s == dnnl_success)
-                s = dnnl_memory_create(&c->w_mem, w_md, eng, c->weights);
+                s = dnnl_memory_create(&l->w_mem, &l->w_md, eng, l->weights);
         if (s == dnnl_success)
-                s = dnnl_memory_create(&c->b_mem, &b_md, eng, m->biases + op->b_off);
+                s = dnnl_memory_create(&l->b_mem, &b_md, eng, m->biases + op->b_off);
         if (s == dnnl_success)
-                s = dnnl_reorder_primitive_desc_create(&rpd, &user_md, eng, w_md, eng, NULL);
+                s = dnnl_reorder_primitive_desc_create(&rpd, &user_md, eng, &l->w_md, eng, NULL);
         if (s == dnnl_success)
                 s = dnnl_primitive_create(&reorder, rpd);
         if (s == dnnl_success) {
-                dnnl_exec_arg_t args[] = { { DNNL_ARG_FROM, user }, { DNNL_ARG_TO, c->w_mem } };
+                dnnl_exec_arg_t args[] = { { DNNL_ARG_FROM, user }, { DNNL_ARG_TO, l->w_mem } };
 
                 s = dnnl_primitive_execute(reorder, stream, 2, args);
         }
@@ -223,9 +289,10 @@ static int cpu_dnnl_weights(cpu_dnnl_conv_t *c, const model_t *m, const model_op
         return 0;
 }
 
-/* The primitive of conv op at batch n and its memory objects (no data yet). */
-static int cpu_dnnl_prim_make(cpu_dnnl_prim_t *p, const model_op_t *op, int n, const dnnl_memory_desc_t *w_md,
-                              errbuf_t *err) {
+/* The primitive of op at batch n and its memory objects (no data yet). */
+static int cpu_dnnl_prim_make(cpu_dnnl_t *d, cpu_dnnl_prim_t *p, const cpu_dnnl_layer_t *l, const model_op_t *op,
+                              int n, errbuf_t *err) {
+        const dnnl_memory_desc_t *w_md = l->kind == MODEL_OP_CONV ? &l->w_md : NULL;
         dnnl_primitive_desc_t pd;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
@@ -236,56 +303,62 @@ static int cpu_dnnl_prim_make(cpu_dnnl_prim_t *p, const model_op_t *op, int n, c
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
-        r = cpu_dnnl_conv_pd(op, n, w_md, &pd, err);
+        r = cpu_dnnl_pd(op, d->dt, n, w_md, &pd, err);
         if (r < 0)
                 return r;
-        if (!dnnl_memory_desc_equal(w_md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0))) {
+        if (w_md && !dnnl_memory_desc_equal(w_md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0))) {
                 dnnl_primitive_desc_destroy(pd);
                 return errbuf_set(err, -EIO, "oneDNN: %s at batch %d wants its weights in another layout", op->name,
                                   n);
         }
         s = dnnl_primitive_create(&p->prim, pd);
         for (int i = 0; i < CPU_DNNL_MEMS && s == dnnl_success; i++)
-                if (i != CPU_DNNL_RES || op->residual >= 0)
+                if (i != CPU_DNNL_RES || l->has_residual)
                         s = dnnl_memory_create(&p->mem[i], dnnl_primitive_desc_query_md(pd, q[i], 0), eng,
                                                DNNL_MEMORY_NONE);
         dnnl_primitive_desc_destroy(pd);
         if (s != dnnl_success)
-                return cpu_dnnl_fail(err, op, "creating the convolution", s);
+                return cpu_dnnl_fail(err, op, "creating the primitive", s);
         return 0;
 }
 
-/* conv op's weights' layout (the largest bucket's choice) and its size. */
-static int cpu_dnnl_conv_layout(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *m, int op_index, errbuf_t *err) {
+/* Layer l for op op_index; a conv's weights' layout (the largest bucket's
+ * choice), whose size cpu_dnnl_new adds up. */
+static int cpu_dnnl_layer_init(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, const model_t *m, int op_index, errbuf_t *err) {
         const model_op_t *op = &m->ops[op_index];
         dnnl_primitive_desc_t pd;
         int r;
 
-        c->op = op_index;
-        c->in_elems = m->tensors[op->in].elems;
-        c->out_elems = m->tensors[op->out].elems;
-        c->has_residual = op->residual >= 0;
-        r = cpu_dnnl_conv_pd(op, d->buckets[d->n_buckets - 1], NULL, &pd, err);
+        l->op = op_index;
+        l->kind = op->kind;
+        l->in_elems = m->tensors[op->in].elems;
+        l->out_elems = m->tensors[op->out].elems;
+        l->has_residual = op->kind == MODEL_OP_CONV && op->residual >= 0;
+        if (op->kind != MODEL_OP_CONV)
+                return 0;
+        r = cpu_dnnl_pd(op, d->dt, d->buckets[d->n_buckets - 1], NULL, &pd, err);
         if (r < 0)
                 return r;
-        c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        l->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         dnnl_primitive_desc_destroy(pd);
         return 0;
 }
 
-/* conv op's weights, reordered into c->weights, and its primitive for every bucket. */
-static int cpu_dnnl_conv_make(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *m, errbuf_t *err) {
-        const model_op_t *op = &m->ops[c->op];
+/* A conv's weights, reordered into l->weights, and l's primitive for every bucket. */
+static int cpu_dnnl_layer_make(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, const model_t *m, errbuf_t *err) {
+        const model_op_t *op = &m->ops[l->op];
         int r;
 
-        c->by_bucket = calloc((size_t)d->n_buckets, sizeof(*c->by_bucket));
-        if (!c->by_bucket)
+        l->by_bucket = calloc((size_t)d->n_buckets, sizeof(*l->by_bucket));
+        if (!l->by_bucket)
                 return errbuf_set(err, -ENOMEM, "out of memory");
-        r = cpu_dnnl_weights(c, m, op, &c->w_md, d->stream, err);
-        if (r < 0)
-                return r;
+        if (l->kind == MODEL_OP_CONV) {
+                r = cpu_dnnl_weights(l, m, op, d->stream, err);
+                if (r < 0)
+                        return r;
+        }
         for (int b = 0; b < d->n_buckets; b++) {
-                r = cpu_dnnl_prim_make(&c->by_bucket[b], op, d->buckets[b], &c->w_md, err);
+                r = cpu_dnnl_prim_make(d, &l->by_bucket[b], l, op, d->buckets[b], err);
                 if (r < 0)
                         return r;
         }
@@ -295,27 +368,53 @@ static int cpu_dnnl_conv_make(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, const model_t *
 void cpu_dnnl_free(cpu_dnnl_t *d) {
         if (!d)
                 return;
-        for (int i = 0; i < d->n_convs; i++) {
-                cpu_dnnl_conv_t *c = &d->convs[i];
+        for (int i = 0; i < d->n_layers; i++) {
+                cpu_dnnl_layer_t *l = &d->layers[i];
 
-                for (int b = 0; c->by_bucket && b < d->n_buckets; b++) {
+                for (int b = 0; l->by_bucket && b < d->n_buckets; b++) {
                         for (int k = 0; k < CPU_DNNL_MEMS; k++)
-                                dnnl_memory_destroy(c->by_bucket[b].mem[k]);
-                        dnnl_primitive_destroy(c->by_bucket[b].prim);
+                                dnnl_memory_destroy(l->by_bucket[b].mem[k]);
+                        dnnl_primitive_destroy(l->by_bucket[b].prim);
                 }
-                free(c->by_bucket);
-                dnnl_memory_destroy(c->w_mem);
-                dnnl_memory_destroy(c->b_mem);
+                free(l->by_bucket);
+                dnnl_memory_destroy(l->w_mem);
+                dnnl_memory_destroy(l->b_mem);
         }
         free(d->weights);
-        free(d->convs);
-        free(d->conv_of_op);
+        free(d->layers);
+        free(d->layer_of_op);
         if (d->stream)
                 dnnl_stream_destroy(d->stream);
         free(d);
 }
 
-int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, errbuf_t *err) {
+/* d's layers: every op that oneDNN runs in d's precision, and the sum of
+ * the convs' reordered weights' sizes. */
+static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p, size_t *weights_bytes,
+                                errbuf_t *err) {
+        d->layers = calloc((size_t)m->n_ops, sizeof(*d->layers));
+        d->layer_of_op = calloc(MODEL_MAX_OPS, sizeof(int));
+        if (!d->layers || !d->layer_of_op)
+                return errbuf_set(err, -ENOMEM, "out of memory");
+        *weights_bytes = 0;
+        for (int i = 0; i < m->n_ops; i++) {
+                cpu_dnnl_layer_t *l = &d->layers[d->n_layers];
+                int r;
+
+                d->layer_of_op[i] = -1;
+                if (!cpu_dnnl_runs(p, m->ops[i].kind))
+                        continue;
+                d->layer_of_op[i] = d->n_layers++;
+                r = cpu_dnnl_layer_init(d, l, m, i, err);
+                if (r < 0)
+                        return r;
+                if (l->kind == MODEL_OP_CONV)
+                        *weights_bytes += cpu_dnnl_align(dnnl_memory_desc_get_size(&l->w_md));
+        }
+        return 0;
+}
+
+int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p, errbuf_t *err) {
         cpu_dnnl_t *d;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
@@ -324,12 +423,16 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, errbuf_t *er
 
         if (!m->weights)
                 return errbuf_set(err, -EINVAL, "the model has no weights loaded");
+        if (p != PRECISION_FP32 && p != PRECISION_BF16)
+                return errbuf_set(err, -EINVAL, "the CPU engine computes in fp32 or bf16, not %s", precision_name(p));
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
         d = calloc(1, sizeof(*d));
         if (!d)
                 return errbuf_set(err, -ENOMEM, "out of memory");
+        d->dt = cpu_dnnl_dt(p);
+        d->elem_bytes = precision_bytes(p);
         d->n_buckets = engine_cuda_buckets(max_batch, d->buckets);
         if (d->n_buckets < 0) {
                 r = errbuf_set(err, -EINVAL, "batch %d has no buckets", max_batch);
@@ -340,31 +443,22 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, errbuf_t *er
                 r = errbuf_set(err, -EIO, "oneDNN cannot create a stream: %s", dnnl_status2str(s));
                 goto fail;
         }
-        d->convs = calloc((size_t)m->n_ops, sizeof(*d->convs));
-        d->conv_of_op = calloc(MODEL_MAX_OPS, sizeof(int));
-        if (!d->convs || !d->conv_of_op) {
-                r = errbuf_set(err, -ENOMEM, "out of memory");
+        r = cpu_dnnl_layers_init(d, m, p, &weights_bytes, err);
+        if (r < 0)
                 goto fail;
-        }
-        for (int i = 0; i < m->n_ops; i++) {
-                d->conv_of_op[i] = -1;
-                if (m->ops[i].kind != MODEL_OP_CONV)
-                        continue;
-                d->conv_of_op[i] = d->n_convs;
-                r = cpu_dnnl_conv_layout(d, &d->convs[d->n_convs++], m, i, err);
-                if (r < 0)
-                        goto fail;
-                weights_bytes += cpu_dnnl_align(dnnl_memory_desc_get_size(&d->convs[d->n_convs - 1].w_md));
-        }
-        if (posix_memalign(&d->weights, CPU_DNNL_ALIGN, weights_bytes)) {
+        if (posix_memalign(&d->weights, CPU_DNNL_ALIGN, weights_bytes ? weights_bytes : CPU_DNNL_ALIGN)) {
                 d->weights = NULL;
                 r = errbuf_set(err, -ENOMEM, "cannot allocate %zu bytes for the reordered weights", weights_bytes);
                 goto fail;
         }
-        for (int i = 0; i < d->n_convs; i++) {
-                d->convs[i].weights = (char *)d->weights + offset;
-                offset += cpu_dnnl_align(dnnl_memory_desc_get_size(&d->convs[i].w_md));
-                r = cpu_dnnl_conv_make(d, &d->convs[i], m, err);
+        for (int i = 0; i < d->n_layers; i++) {
+                cpu_dnnl_layer_t *l = &d->layers[i];
+
+                if (l->kind == MODEL_OP_CONV) {
+                        l->weights = (char *)d->weights + offset;
+                        offset += cpu_dnnl_align(dnnl_memory_desc_get_size(&l->w_md));
+                }
+                r = cpu_dnnl_layer_make(d, l, m, err);
                 if (r < 0)
                         goto fail;
         }
@@ -376,16 +470,17 @@ fail:
 }
 
 /* One bucket's primitive over the b samples at in, residual and out. */
-static dnnl_status_t cpu_dnnl_run(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, cpu_dnnl_prim_t *p, const float *in,
-                                  const float *residual, float *out, void *scratch) {
-        dnnl_exec_arg_t args[6] = {
+static dnnl_status_t cpu_dnnl_run(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, cpu_dnnl_prim_t *p, const void *in,
+                                  const void *residual, void *out, void *scratch) {
+        dnnl_exec_arg_t conv[6] = {
                 { DNNL_ARG_SRC, p->mem[CPU_DNNL_SRC] },
-                { DNNL_ARG_WEIGHTS, c->w_mem },
-                { DNNL_ARG_BIAS, c->b_mem },
                 { DNNL_ARG_DST, p->mem[CPU_DNNL_DST] },
                 { DNNL_ARG_SCRATCHPAD, p->mem[CPU_DNNL_SCRATCH] },
+                { DNNL_ARG_WEIGHTS, l->w_mem },
+                { DNNL_ARG_BIAS, l->b_mem },
                 { DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, p->mem[CPU_DNNL_RES] },
         };
+        int nargs = l->kind != MODEL_OP_CONV ? 3 : l->has_residual ? 6 : 5;
         dnnl_status_t s;
 
         /* The handles are the caller's buffers; oneDNN keeps no copy. */
@@ -394,16 +489,16 @@ static dnnl_status_t cpu_dnnl_run(cpu_dnnl_t *d, cpu_dnnl_conv_t *c, cpu_dnnl_pr
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_DST], out);
         if (s == dnnl_success)
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_SCRATCH], scratch);
-        if (s == dnnl_success && c->has_residual)
+        if (s == dnnl_success && l->has_residual)
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_RES], (void *)residual);
         if (s == dnnl_success)
-                s = dnnl_primitive_execute(p->prim, d->stream, c->has_residual ? 6 : 5, args);
+                s = dnnl_primitive_execute(p->prim, d->stream, nargs, conv);
         return s;
 }
 
-int cpu_dnnl_conv(cpu_dnnl_t *d, int op_index, int n, const float *in, const float *residual, float *out,
-                  void *scratch) {
-        cpu_dnnl_conv_t *c = &d->convs[d->conv_of_op[op_index]];
+int cpu_dnnl_op(cpu_dnnl_t *d, int op_index, int n, const void *in, const void *residual, void *out,
+                void *scratch) {
+        cpu_dnnl_layer_t *l = &d->layers[d->layer_of_op[op_index]];
         int done = 0;
 
         /* n as the largest buckets that fit: 7 of max 8 is 4 + 2 + 1. */
@@ -413,14 +508,36 @@ int cpu_dnnl_conv(cpu_dnnl_t *d, int op_index, int n, const float *in, const flo
 
                 while (d->buckets[b] > n - done)
                         b--;
-                s = cpu_dnnl_run(d, c, &c->by_bucket[b], in + (size_t)done * c->in_elems,
-                                 residual ? residual + (size_t)done * c->out_elems : NULL,
-                                 out + (size_t)done * c->out_elems, scratch);
+                s = cpu_dnnl_run(d, l, &l->by_bucket[b], (const char *)in + (size_t)done * l->in_elems * d->elem_bytes,
+                                 residual ? (const char *)residual + (size_t)done * l->out_elems * d->elem_bytes
+                                          : NULL,
+                                 (char *)out + (size_t)done * l->out_elems * d->elem_bytes, scratch);
                 if (s != dnnl_success)
                         return -EIO;
                 done += d->buckets[b];
         }
         return dnnl_stream_wait(d->stream) == dnnl_success ? 0 : -EIO;
+}
+
+/* bf16 is fp32's upper half: rounded to nearest even; a NaN stays a (quiet) NaN. */
+void cpu_dnnl_to_bf16(const float *in, uint16_t *out, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                uint32_t u;
+
+                memcpy(&u, &in[i], sizeof(u));
+                if ((u & 0x7fffffffu) > 0x7f800000u)
+                        out[i] = (uint16_t)((u >> 16) | 0x40);
+                else
+                        out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+        }
+}
+
+void cpu_dnnl_from_bf16(const uint16_t *in, float *out, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                uint32_t u = (uint32_t)in[i] << 16;
+
+                memcpy(&out[i], &u, sizeof(u));
+        }
 }
 
 const char *cpu_dnnl_isa(void) {

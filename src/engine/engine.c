@@ -63,12 +63,18 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
                 if (have_cuda || (!for_open && o->device_memory_bytes > 0))
                         req->backend = BACKEND_CUDA;
                 else {
+                        /* bf16 stays bf16 where the CPU has it; fp16 (CUDA's
+                         * default) is fp32 on the CPU. */
+                        bool bf16 = req->precision == PRECISION_BF16 &&
+                                    engine_cpu_precision_check(PRECISION_BF16, o, NULL) == 0;
+
                         req->backend = BACKEND_CPU;
                         engine_warn(warning, warning_len, "no usable CUDA device (%s); using the CPU engine%s", why,
-                                    req->precision == PRECISION_FP16 || req->precision == PRECISION_BF16
-                                            ? ", which computes in fp32"
+                                    bf16 ? ", in bf16"
+                                    : req->precision == PRECISION_FP16 || req->precision == PRECISION_BF16
+                                            ? ", which computes in fp32 here"
                                             : "");
-                        if (req->precision != PRECISION_FP32)
+                        if (req->precision != PRECISION_FP32 && !bf16)
                                 req->precision = PRECISION_AUTO;
                 }
         } else if (req->backend == BACKEND_CUDA && !have_cuda && (for_open || o->device_memory_bytes == 0)) {
@@ -76,9 +82,11 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         }
         if (req->precision == PRECISION_AUTO)
                 req->precision = req->backend == BACKEND_CUDA ? PRECISION_FP16 : PRECISION_FP32;
-        if (req->backend == BACKEND_CPU && req->precision != PRECISION_FP32)
-                return errbuf_set(err, -EINVAL, "the CPU engine computes in fp32 only, not %s",
-                                  precision_name(req->precision));
+        if (req->backend == BACKEND_CPU) {
+                r = engine_cpu_precision_check(req->precision, o, err);
+                if (r < 0)
+                        return r;
+        }
 
         if (o->device_memory_bytes > 0)
                 req->device_memory_bytes = o->device_memory_bytes;

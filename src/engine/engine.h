@@ -145,6 +145,8 @@ typedef struct engine_options {
                                          * (OMP_NUM_THREADS, else the CPUs the process may run on) */
         bool cpu_reference;             /* tests only: the CPU engine runs cpu_ops' reference convolutions
                                          * (im2col + OpenBLAS) instead of oneDNN's */
+        bool cpu_no_bf16;               /* tests only: the CPU engine refuses bf16 as on a CPU without
+                                         * AVX512_BF16 or AMX */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);
@@ -265,6 +267,11 @@ int engine_swap(engine_t *e, model_t *next, const plan_t *plan, errbuf_t *err);
 /* Backends, for engine.c. */
 extern const engine_ops_t engine_cpu_ops;
 int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch, plan_engine_terms_t *ret);
+/* 0 when the CPU engine computes in p here with options o: fp32 always,
+ * bf16 where oneDNN has bf16 kernels (AVX512_BF16 or AMX; o->cpu_no_bf16,
+ * a test's, hides them) and not on the reference; else -EOPNOTSUPP (bf16
+ * on a CPU without them) or -EINVAL, with the sentence in err (may be NULL). */
+int engine_cpu_precision_check(precision_t p, const engine_options_t *o, errbuf_t *err);
 
 /* The CUDA backend (cuda/ when built with nvcc; otherwise engine_cuda_none.c,
  * which reports that this build has no CUDA). */

@@ -7,12 +7,20 @@
  * loop can reap exactly as many slots as were finished without a race.
  * oneDNN's OpenMP threads (plan_request_t cpu_threads) run under it.
  *
+ * Precision: fp32, or bf16 where the CPU has a bf16 kernel (engine.c
+ * refuses it elsewhere): then the activations between the layers are bf16
+ * (NHWC), the convs and the max pool oneDNN's bf16 primitives (fp32
+ * accumulation), and the input is preprocessed in fp32 and rounded to bf16;
+ * the global average pool widens to fp32, and the fc (OpenBLAS, a few MFLOP)
+ * and the head stay fp32, the fc writing the slot's logits directly.
+ *
  * Memory: the weights stay in the model's folded fp32 blocks (counted once by
  * the plan), and oneDNN's reordered copy beside them (the plan's
- * weights_copy_bytes); one arena holds the activations at max_batch and the
- * workspace (oneDNN's scratchpad, in user mode; the reference's im2col
- * scratch instead when the engine runs cpu_ops' convolutions, a test-only
- * option); one host block holds every slot's records (packed by format,
+ * weights_copy_bytes: bf16 in bf16); one arena holds the activations at
+ * max_batch in the precision and the workspace (oneDNN's scratchpad, in user
+ * mode, which in bf16 also holds one sample in fp32 and the fc's fp32 input;
+ * the reference's im2col scratch instead when the engine runs cpu_ops'
+ * convolutions, a test-only option); one host block holds every slot's records (packed by format,
  * engine/pack.h) and results. All are sized by engine_cpu_layout, the same
  * function that gives the plan its terms, and nothing is allocated per
  * batch. A model swap (engine_swap) builds the new model's primitives and
@@ -48,7 +56,11 @@ void openblas_set_num_threads(int n);
 
 typedef struct engine_cpu_layout {
         size_t activation_bytes;        /* arena: activations of max_batch */
-        size_t workspace_bytes;         /* arena: oneDNN's scratchpad (the reference: im2col scratch) */
+        size_t workspace_bytes;         /* arena: oneDNN's scratchpad (the reference: im2col scratch); in
+                                         * bf16 at least one sample and the fc's input in fp32 */
+        size_t sample_elems;            /* bf16: the workspace's fp32 sample, at its start */
+        size_t fc_in_elems;             /* bf16: the fc's fp32 input (max_batch, cin), after the sample */
+        size_t elem_bytes;              /* of an activation: precision_bytes */
         size_t weights_copy_bytes;      /* oneDNN's reordered weights (0 for the reference) */
         size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
         size_t logits_bytes_per_slot;   /* host: (batch, classes) fp32 */
@@ -87,19 +99,46 @@ static size_t engine_cpu_im2col_bytes(const model_t *m, int batch) {
         return ws * sizeof(float);
 }
 
+/* bf16's fp32 staging in the workspace: one sample (the input, or the
+ * global average pool's input) and the fc's input at batch. */
+static void engine_cpu_bf16_staging(const model_t *m, int batch, size_t *sample_elems, size_t *fc_in_elems) {
+        *sample_elems = m->tensors[m->input].elems;
+        *fc_in_elems = 0;
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+                size_t pool = (size_t)op->h_in * op->w_in * op->cin;
+
+                if (op->kind == MODEL_OP_AVGPOOL && pool > *sample_elems)
+                        *sample_elems = pool;
+                if (op->kind == MODEL_OP_FC && (size_t)batch * op->cin > *fc_in_elems)
+                        *fc_in_elems = (size_t)batch * op->cin;
+        }
+}
+
 static int engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, int batch, int depth, int top_k,
-                             bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
+                             precision_t p, bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
         size_t ws = 0, copy = 0;
 
+        memset(l, 0, sizeof(*l));
         if (reference) {
+                if (p != PRECISION_FP32)
+                        return errbuf_set(err, -EINVAL, "the reference CPU engine computes in fp32 only, not %s",
+                                          precision_name(p));
                 ws = engine_cpu_im2col_bytes(m, batch);
         } else {
-                int r = cpu_dnnl_sizes(m, batch, &ws, &copy, err);
+                int r = cpu_dnnl_sizes(m, batch, p, &ws, &copy, err);
 
                 if (r < 0)
                         return r;
         }
-        l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * sizeof(float));
+        if (p == PRECISION_BF16) {
+                /* Not live while a primitive runs: it shares the scratchpad's bytes. */
+                engine_cpu_bf16_staging(m, batch, &l->sample_elems, &l->fc_in_elems);
+                if ((l->sample_elems + l->fc_in_elems) * sizeof(float) > ws)
+                        ws = (l->sample_elems + l->fc_in_elems) * sizeof(float);
+        }
+        l->elem_bytes = precision_bytes(p);
+        l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * l->elem_bytes);
         l->workspace_bytes = engine_cpu_align(ws);
         l->weights_copy_bytes = copy;
         l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
@@ -115,10 +154,10 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
         errbuf_t err;
         int r;
 
-        if (req->precision != PRECISION_FP32)
+        if (req->precision != PRECISION_FP32 && req->precision != PRECISION_BF16)
                 return -EINVAL;
         r = engine_cpu_layout(m, plan_place_tensors(m, offsets), batch, req->pipeline_depth, req->top_k,
-                              req->cpu_reference, &l, &err);
+                              req->precision, req->cpu_reference, &l, &err);
         if (r < 0)
                 return r;
         /* The activations are the planner's own term; the arena adds the
@@ -131,14 +170,30 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
         return 0;
 }
 
+int engine_cpu_precision_check(precision_t p, const engine_options_t *o, errbuf_t *err) {
+        if (p == PRECISION_FP32)
+                return 0;
+        if (p != PRECISION_BF16)
+                return errbuf_set(err, -EINVAL, "the CPU engine computes in fp32 or bf16, not %s", precision_name(p));
+        if (o->cpu_no_bf16 || !cpu_dnnl_has_bf16())
+                return errbuf_set(err, -EOPNOTSUPP,
+                                  "the CPU engine's bf16 needs AVX512_BF16 or AMX, which this CPU lacks (oneDNN's "
+                                  "instruction set here: %s%s); use [model] precision = fp32",
+                                  cpu_dnnl_isa(), o->cpu_no_bf16 ? ", its bf16 hidden by a test" : "");
+        if (o->cpu_reference)
+                return errbuf_set(err, -EINVAL, "the reference CPU engine computes in fp32 only, not bf16");
+        return 0;
+}
+
 typedef struct engine_cpu {
         engine_cpu_layout_t layout;
         cpu_dnnl_t *dnnl;       /* the model's primitives and reordered weights; NULL: the reference */
+        precision_t precision;  /* fp32 or bf16: the activations' */
         int threads;            /* oneDNN's OpenMP threads, set on the worker; 0: OpenMP's default */
         void *arena;            /* activations, then workspace */
         void *host;             /* per slot: inputs, logits, top-k */
         size_t arena_alloc_bytes, host_alloc_bytes;     /* as allocated at open: a swap carves within them */
-        float *activations;     /* tensor t at activations + max_batch * tensor_offset[t] */
+        void *activations;      /* tensor t at activations + max_batch * tensor_offset[t] elements */
         float *workspace;
         int efd;                /* eventfd, EFD_SEMAPHORE */
         pthread_t worker;
@@ -177,10 +232,47 @@ static const engine_topk_t *engine_cpu_slot_topk(engine_t *e, int slot) {
                                        c->layout.logits_bytes_per_slot);
 }
 
-static float *engine_cpu_tensor(engine_t *e, int t) {
+/* Tensor t of the arena: fp32, or bf16 (uint16_t) in bf16. */
+static void *engine_cpu_tensor(engine_t *e, int t) {
         engine_cpu_t *c = e->impl;
 
-        return c->activations + (size_t)e->plan.max_batch * e->plan.tensor_offset[t];
+        return (char *)c->activations + (size_t)e->plan.max_batch * e->plan.tensor_offset[t] * c->layout.elem_bytes;
+}
+
+/* The n records of slot into the input tensor: fp32 as preprocessed, or
+ * each sample preprocessed into the workspace and rounded to bf16. */
+static void engine_cpu_preprocess(engine_t *e, int slot, int n) {
+        engine_cpu_t *c = e->impl;
+        const model_t *m = e->model;
+        const unsigned char *records = engine_cpu_slot_base(e, slot);   /* packed: record i at offsets[i] */
+        const uint64_t *offsets = e->offsets + (size_t)slot * e->plan.max_batch;
+        size_t in_elems = m->tensors[m->input].elems;
+        void *input = engine_cpu_tensor(e, m->input);
+
+        for (int i = 0; i < n; i++) {
+                const unsigned char *rec = records + offsets[i];
+                float *x = c->precision == PRECISION_BF16 ? c->workspace : (float *)input + i * in_elems;
+
+                if (e->formats[(size_t)slot * e->plan.max_batch + i] == RECORD_RGB8)
+                        cpu_preprocess_rgb8(rec, x);
+                else
+                        cpu_preprocess_f32_chw(rec, x);
+                if (c->precision == PRECISION_BF16)
+                        cpu_dnnl_to_bf16(x, (uint16_t *)input + i * in_elems, in_elems);
+        }
+}
+
+/* bf16's global average pool: each sample widened to fp32 in the
+ * workspace, averaged into the fc's fp32 input (after the sample). */
+static void engine_cpu_avgpool_bf16(engine_t *e, const model_op_t *op, int n, const uint16_t *in) {
+        engine_cpu_t *c = e->impl;
+        size_t elems = (size_t)op->h_in * op->w_in * op->cin;
+        float *sample = c->workspace, *fc_in = c->workspace + c->layout.sample_elems;
+
+        for (int i = 0; i < n; i++) {
+                cpu_dnnl_from_bf16(in + i * elems, sample, elems);
+                cpu_global_avgpool(1, op->h_in, op->w_in, op->cin, sample, fc_in + (size_t)i * op->cin);
+        }
 }
 
 /* The whole network for the n records of slot: preprocess, every op of the
@@ -188,50 +280,48 @@ static float *engine_cpu_tensor(engine_t *e, int t) {
 static void engine_cpu_forward(engine_t *e, int slot, int n) {
         engine_cpu_t *c = e->impl;
         const model_t *m = e->model;
-        const unsigned char *records = engine_cpu_slot_base(e, slot);   /* packed: record i at offsets[i] */
-        const uint64_t *offsets = e->offsets + (size_t)slot * e->plan.max_batch;
-        float *input = engine_cpu_tensor(e, m->input), *logits;
-        engine_topk_t *top;
-        size_t in_elems = m->tensors[m->input].elems;
-        int failed = 0;
+        float *logits = (float *)engine_cpu_slot_logits(e, slot);
+        engine_topk_t *top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
+        int bf16 = c->precision == PRECISION_BF16, failed = 0;
 
-        for (int i = 0; i < n; i++) {
-                const unsigned char *rec = records + offsets[i];
-
-                if (e->formats[(size_t)slot * e->plan.max_batch + i] == RECORD_RGB8)
-                        cpu_preprocess_rgb8(rec, input + i * in_elems);
-                else
-                        cpu_preprocess_f32_chw(rec, input + i * in_elems);
-        }
+        engine_cpu_preprocess(e, slot, n);
         for (int i = 0; i < m->n_ops; i++) {
                 const model_op_t *op = &m->ops[i];
-                float *in = engine_cpu_tensor(e, op->in), *out = engine_cpu_tensor(e, op->out);
-                float *res = op->residual >= 0 ? engine_cpu_tensor(e, op->residual) : NULL;
+                void *in = engine_cpu_tensor(e, op->in), *out = engine_cpu_tensor(e, op->out);
+                void *res = op->residual >= 0 ? engine_cpu_tensor(e, op->residual) : NULL;
                 cpu_conv_shape_t s;
 
                 engine_cpu_shape(op, n, &s);
+                if (c->dnnl && cpu_dnnl_runs(c->precision, op->kind)) {
+                        if (cpu_dnnl_op(c->dnnl, i, n, in, res, out, c->workspace) < 0)
+                                failed = 1;
+                        continue;
+                }
                 switch (op->kind) {
                 case MODEL_OP_CONV:
-                        if (!c->dnnl)
-                                cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off, res, op->relu, out,
-                                           c->workspace, c->layout.workspace_bytes / sizeof(float));
-                        else if (cpu_dnnl_conv(c->dnnl, i, n, in, res, out, c->workspace) < 0)
-                                failed = 1;
+                        cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off, res, op->relu, out,
+                                   c->workspace, c->layout.workspace_bytes / sizeof(float));
                         break;
                 case MODEL_OP_MAXPOOL:
                         cpu_maxpool(&s, in, out);
                         break;
                 case MODEL_OP_AVGPOOL:
-                        cpu_global_avgpool(n, op->h_in, op->w_in, op->cin, in, out);
+                        if (bf16)
+                                engine_cpu_avgpool_bf16(e, op, n, in);
+                        else
+                                cpu_global_avgpool(n, op->h_in, op->w_in, op->cin, in, out);
                         break;
                 case MODEL_OP_FC:
-                        cpu_fc(n, op->cin, op->cout, in, m->weights + op->w_off, m->biases + op->b_off, out);
+                        /* In bf16 the fc reads the pool's fp32 output from the
+                         * workspace and writes the logits in place. */
+                        assert(!bf16 || op->out == m->logits);
+                        cpu_fc(n, op->cin, op->cout, bf16 ? c->workspace + c->layout.sample_elems : in,
+                               m->weights + op->w_off, m->biases + op->b_off, bf16 ? logits : out);
                         break;
                 }
         }
-        logits = (float *)engine_cpu_slot_logits(e, slot);
-        top = (engine_topk_t *)engine_cpu_slot_topk(e, slot);
-        memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * m->classes * sizeof(float));
+        if (!bf16)
+                memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * m->classes * sizeof(float));
         /* A primitive that failed to execute (made at open, it has no
          * reason to) leaves its rows marked non-finite, not wrong. */
         for (size_t i = 0; failed && i < (size_t)n * m->classes; i++)
@@ -317,8 +407,9 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->wake, NULL);
         c->threads = e->request.cpu_threads;
+        c->precision = e->plan.precision;
         r = engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
-                              e->plan.top_k, e->request.cpu_reference, &c->layout, err);
+                              e->plan.top_k, c->precision, e->request.cpu_reference, &c->layout, err);
         if (r < 0)
                 goto fail;
         /* The plan and the carve come from the same layout function. */
@@ -335,7 +426,7 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                 goto fail;
         }
         if (!e->request.cpu_reference) {
-                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, err);
+                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, err);
                 if (r < 0)
                         goto fail;
                 /* Beside oneDNN, OpenBLAS runs only the fc (a few MFLOP):
@@ -421,7 +512,7 @@ static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const 
         int r;
 
         r = engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth,
-                              plan->top_k, !c->dnnl, l, err);
+                              plan->top_k, plan->precision, !c->dnnl, l, err);
         if (r < 0)
                 return r;
         if (l->workspace_bytes != plan->workspace_bytes || l->weights_copy_bytes != plan->engine.weights_copy_bytes ||
@@ -458,7 +549,7 @@ static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbu
         if (r < 0)
                 return r;
         if (c->dnnl) {
-                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, err);
+                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, err);
                 if (r < 0)
                         return r;
         }
@@ -466,6 +557,7 @@ static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbu
         assert(c->queue_len == 0);
         old = c->dnnl;
         c->dnnl = dnnl;
+        c->precision = plan->precision;
         c->layout = l;
         c->activations = c->arena;
         c->workspace = (float *)((char *)c->arena + l.activation_bytes);

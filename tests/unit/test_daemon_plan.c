@@ -73,12 +73,16 @@ static void test_daemon_plan_engine_options_from_config(void) {
         CU_ASSERT_EQUAL(o.device_memory_bytes, 0);
         CU_ASSERT_EQUAL(o.decode_input_bytes, 0);
 
-        /* The CPU engine computes in fp32 whatever [model] precision says:
-         * AUTO, as for a config that says nothing. */
+        /* The CPU engine computes in fp32 whatever [model] precision says
+         * (AUTO, as for a config that says nothing), except bf16. */
         c->engine.backend = BACKEND_CPU;
+        c->model.precision = PRECISION_FP16;
         daemon_engine_options(c, &o, host, sizeof(host));
         CU_ASSERT_EQUAL(o.backend, BACKEND_CPU);
         CU_ASSERT_EQUAL(o.precision, PRECISION_AUTO);
+        c->model.precision = PRECISION_BF16;
+        daemon_engine_options(c, &o, host, sizeof(host));
+        CU_ASSERT_EQUAL(o.precision, PRECISION_BF16);
         cfg_free(c);
 }
 
@@ -152,6 +156,7 @@ static void test_daemon_plan_plans_config(void) {
 
         CU_ASSERT_PTR_NOT_NULL_FATAL(c);
         c->engine.backend = BACKEND_CPU;
+        c->model.precision = PRECISION_FP16;    /* the default: fp32 on the CPU */
         c->memory.max_batch = 8;
         CU_ASSERT_EQUAL_FATAL(daemon_plan(c, &p, warning, sizeof(warning), &err), 0);
         CU_ASSERT_STRING_EQUAL(p.model, "resnet50");

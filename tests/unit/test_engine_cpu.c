@@ -10,9 +10,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine_check.h"
 #include "unit.h"
-
-#define R50_CLASSES 1000        /* model_random: ResNet-50 with ImageNet's classes */
 
 static engine_t *engine_test_open_as(model_t *m, int max_batch, bool reference) {
         engine_options_t o;
@@ -35,21 +34,6 @@ static engine_t *engine_test_open(model_t *m, int max_batch) {
         return engine_test_open_as(m, max_batch, false);
 }
 
-/* Places record i of slot with random content; returns where it went. */
-static void *engine_test_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
-        unsigned char *p = engine_slot_place(e, slot, i, f);
-
-        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-
-        if (f == RECORD_RGB8)
-                for (size_t k = 0; k < RECORD_RGB8_BYTES; k++)
-                        p[k] = (unsigned char)(unit_rand_u64(&seed) >> 56);
-        else
-                for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
-                        ((float *)p)[k] = unit_rand_float(&seed) * 2.0f;
-        return p;
-}
-
 static void test_engine_cpu_result_independent_of_batch(void) {
         model_t *m = NULL;
         engine_t *e;
@@ -62,8 +46,8 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         e = engine_test_open(m, 3);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         /* Record A (rgb8) and B (f32) alone, in batches of 1 in two slots. */
-        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
-        engine_test_fill(e, 1, 0, 202, RECORD_F32_CHW);
+        engine_check_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_check_fill(e, 1, 0, 202, RECORD_F32_CHW);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 1, &err), 0);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 1, 1, &err), 0);
         CU_ASSERT_EQUAL(engine_submit(e, 0, 1, &err), -EBUSY);
@@ -72,9 +56,9 @@ static void test_engine_cpu_result_independent_of_batch(void) {
         CU_ASSERT_EQUAL_FATAL(engine_wait(e, 1, &err), 0);
         memcpy(alone[1], engine_slot_logits(e, 1), sizeof(alone[1]));
         /* Then B, another record, and A together in one batch of 3. */
-        engine_test_fill(e, 0, 0, 202, RECORD_F32_CHW);
-        engine_test_fill(e, 0, 1, 303, RECORD_RGB8);
-        engine_test_fill(e, 0, 2, 101, RECORD_RGB8);
+        engine_check_fill(e, 0, 0, 202, RECORD_F32_CHW);
+        engine_check_fill(e, 0, 1, 303, RECORD_RGB8);
+        engine_check_fill(e, 0, 2, 101, RECORD_RGB8);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 3, &err), 0);
         CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
         lg = engine_slot_logits(e, 0);
@@ -129,11 +113,11 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
         for (int reference = 0; reference < 2; reference++) {
                 e = engine_test_open_as(m, 3, reference);
                 CU_ASSERT_PTR_NOT_NULL_FATAL(e);
-                engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
-                p = engine_test_fill(e, 0, 1, 202, RECORD_F32_CHW);
+                engine_check_fill(e, 0, 0, 101, RECORD_RGB8);
+                p = engine_check_fill(e, 0, 1, 202, RECORD_F32_CHW);
                 for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
                         p[k] = 3e38f;
-                engine_test_fill(e, 0, 2, 303, RECORD_RGB8);
+                engine_check_fill(e, 0, 2, 303, RECORD_RGB8);
                 CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 3, &err), 0);
                 CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
                 top = engine_slot_topk(e, 0);
@@ -173,8 +157,8 @@ static void test_engine_cpu_marks_rows_of_overflowing_weights(void) {
                 m->weights[m->ops[fc].w_off + (size_t)7 * m->ops[fc].cin + j] = 3e38f;
         e = engine_test_open(m, 2);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
-        engine_test_fill(e, 0, 0, 101, RECORD_RGB8);
-        engine_test_fill(e, 0, 1, 303, RECORD_RGB8);
+        engine_check_fill(e, 0, 0, 101, RECORD_RGB8);
+        engine_check_fill(e, 0, 1, 303, RECORD_RGB8);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 2, &err), 0);
         CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
         CU_ASSERT(isinf(engine_slot_logits(e, 0)[7]));
@@ -197,7 +181,7 @@ static void test_engine_cpu_completion_fd(void) {
         fd = engine_completion_fd(e);
         CU_ASSERT(fd >= 0);
         CU_ASSERT_EQUAL(engine_reap(e, &slot, &err), 0);        /* nothing yet, and no blocking */
-        engine_test_fill(e, 1, 0, 7, RECORD_RGB8);
+        engine_check_fill(e, 1, 0, 7, RECORD_RGB8);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 1, 1, &err), 0);
         p = (struct pollfd){ .fd = fd, .events = POLLIN };
         CU_ASSERT_EQUAL(poll(&p, 1, 60000), 1);
@@ -247,7 +231,7 @@ static void test_engine_cpu_refuses_misuse(void) {
         o.backend = BACKEND_CPU;
         o.precision = PRECISION_FP16;
         CU_ASSERT_EQUAL(engine_open(&e, m, &o, NULL, 0, &err), -EINVAL);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "fp32 only"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "fp32 or bf16, not fp16"));
         engine_options_init(&o);
         o.backend = BACKEND_CPU;
         o.device_budget = "1MiB";
@@ -295,7 +279,7 @@ static int engine_test_logits(engine_t *e, uint64_t seed, float out[R50_CLASSES]
         errbuf_t err;
         int r;
 
-        engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
+        engine_check_fill(e, 0, 0, seed, RECORD_RGB8);
         if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
                 return r;
         memcpy(out, engine_slot_logits(e, 0), R50_CLASSES * sizeof(float));
@@ -317,7 +301,7 @@ static int engine_test_logits_k(engine_t *e, uint64_t seed, float *out, int clas
         errbuf_t err;
         int r;
 
-        engine_test_fill(e, 0, 0, seed, RECORD_RGB8);
+        engine_check_fill(e, 0, 0, seed, RECORD_RGB8);
         if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
                 return r;
         memcpy(out, engine_slot_logits(e, 0), (size_t)classes * sizeof(float));
@@ -458,7 +442,7 @@ static void test_engine_cpu_swap_weights(void) {
         o.device_budget = NULL;
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, b, &o, &plan, &err), 0);
         CU_ASSERT_EQUAL(plan.max_batch, 2);
-        engine_test_fill(e, 0, 0, 77, RECORD_RGB8);
+        engine_check_fill(e, 0, 0, 77, RECORD_RGB8);
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 1, &err), 0);
         CU_ASSERT_EQUAL(engine_swap(e, b, &plan, &err), -EBUSY);
         CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
@@ -511,21 +495,6 @@ static void test_engine_cpu_swap_weights(void) {
         model_free(c);
 }
 
-/* The n records of seeds through slot 0 of e (rgb8, the second f32: a
- * slot holds one f32 record beside the rgb8 ones, engine/pack.h);
- * their logits to out (n, classes). */
-static int engine_test_batch(engine_t *e, const uint64_t *seeds, int n, float *out) {
-        errbuf_t err;
-        int r;
-
-        for (int i = 0; i < n; i++)
-                engine_test_fill(e, 0, i, seeds[i], i == 1 ? RECORD_F32_CHW : RECORD_RGB8);
-        if ((r = engine_submit(e, 0, n, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
-                return r;
-        memcpy(out, engine_slot_logits(e, 0), (size_t)n * R50_CLASSES * sizeof(float));
-        return 0;
-}
-
 /* oneDNN's engine (the default) against the reference (cpu_ops' im2col
  * convolutions, the test-only option) on the same model: every record of a
  * batch of 7 (the top bucket of max_batch 7), of 6 (4 + 2) and of 3 (2 + 1)
@@ -563,8 +532,8 @@ static void test_engine_cpu_onednn_matches_reference(void) {
         for (int k = 0; k < 3; k++) {
                 int n = sizes[k];
 
-                CU_ASSERT_EQUAL_FATAL(engine_test_batch(d, seeds, n, got), 0);
-                CU_ASSERT_EQUAL_FATAL(engine_test_batch(ref, seeds, n, want), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_check_batch(d, seeds, n, got), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_check_batch(ref, seeds, n, want), 0);
                 for (int i = 0; i < n; i++) {
                         double rel = engine_test_rel(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES);
 
@@ -628,7 +597,7 @@ static void test_engine_cpu_onednn_memory_within_plan(void) {
         e = engine_test_open(m, 6);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         for (int n = 1; n <= 6; n++)
-                CU_ASSERT_EQUAL_FATAL(engine_test_batch(e, seeds, n, out), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, n, out), 0);
         opened = engine_test_status_bytes("VmRSS:");
         p = engine_plan_of(e);
         planned = e->held_arena_bytes + e->held_pinned_host_bytes + p->engine.weights_copy_bytes;
@@ -637,7 +606,7 @@ static void test_engine_cpu_onednn_memory_within_plan(void) {
         CU_ASSERT_EQUAL_FATAL(engine_test_reset_peak(), 0);
         peak_before = engine_test_status_bytes("VmHWM:");
         for (int k = 0; k < 20; k++)
-                CU_ASSERT_EQUAL_FATAL(engine_test_batch(e, seeds, 1 + k % 6, out), 0);
+                CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, 1 + k % 6, out), 0);
         peak_after = engine_test_status_bytes("VmHWM:");
         CU_ASSERT(peak_before > 0 && peak_after - peak_before < ((uint64_t)1 << 20));
         if (getenv("INFERD_TEST_VERBOSE"))

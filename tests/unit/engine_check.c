@@ -1,0 +1,32 @@
+/* engine_check: the engine suites' shared helpers (engine_check.h). */
+#include "engine_check.h"
+
+#include <string.h>
+
+#include "unit.h"
+
+void *engine_check_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
+        unsigned char *p = engine_slot_place(e, slot, i, f);
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+
+        if (f == RECORD_RGB8)
+                for (size_t k = 0; k < RECORD_RGB8_BYTES; k++)
+                        p[k] = (unsigned char)(unit_rand_u64(&seed) >> 56);
+        else
+                for (size_t k = 0; k < RECORD_F32_CHW_BYTES / 4; k++)
+                        ((float *)p)[k] = unit_rand_float(&seed) * 2.0f;
+        return p;
+}
+
+int engine_check_batch(engine_t *e, const uint64_t *seeds, int n, float *out) {
+        errbuf_t err;
+        int r;
+
+        for (int i = 0; i < n; i++)
+                engine_check_fill(e, 0, i, seeds[i], i == 1 ? RECORD_F32_CHW : RECORD_RGB8);
+        if ((r = engine_submit(e, 0, n, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
+                return r;
+        memcpy(out, engine_slot_logits(e, 0), (size_t)n * e->model->classes * sizeof(float));
+        return 0;
+}
