@@ -1,4 +1,4 @@
-"""golden: inferd-run's CPU fp32 logits and predictions against torchvision in float64.
+"""golden: inferd-run's CPU fp32 and bf16 logits and predictions against torchvision in float64.
 
 Driven by tests/golden/run, which owns the temporary directory and its cleanup.
 For each weights dtype (F32, BF16, F16) it exports a seeded random ResNet-50
@@ -23,8 +23,19 @@ batches that do not, and its outputs are checked:
             backend/precision as asked, labels present exactly when a labels
             file is given.
 
-It prints one PASS/FAIL line per check with the measured figures. It does not
-test fp16/bf16 *compute* precision (that is the GPU suite's) or timing.
+bf16: the F32 ResNet-50 is also run with --precision bf16 (the CPU engine's
+bf16, where the CPU has AVX512_BF16 or AMX): each image's logits within
+||out - ref|| / ||ref|| <= 8e-2 (the design's whole-network bf16 tolerance),
+the same top-1 wherever the reference's top-1 margin is clear of bf16's error
+(top1 - top2 > 5e-2 * |top1|, where fp32 asks 1e-3: bf16's measured
+whole-network error is 2-5e-2 of ||ref||), and the JSON as
+above but its scores against the softmax of inferd's own logits (bf16's
+logits are not fp32's). On a CPU without the avx512_bf16 or amx_bf16 flag
+it checks that inferd-run refuses bf16 with its sentence and reports the
+run SKIP, never PASS.
+
+It prints one PASS/FAIL/SKIP line per check with the measured figures. It does
+not test the GPU's fp16/bf16 (that is the GPU suite's) or timing.
 
 GOLDEN_BREAK=logits (or =ref) perturbs every image's logits (or reference)
 by 2e-4 of its norm in one element, to show that the checks can fail.
@@ -44,7 +55,8 @@ import st_read
 
 SEED_MODEL = 20261129
 SEED_INPUTS = 7
-TOL_REL_L2 = 1e-4
+TOL_REL_L2 = {"fp32": 1e-4, "bf16": 8e-2}
+MARGIN_REL_BF16 = 5e-2  # bf16's top-1 margin is clear above this * |top1| (its error: 2-5e-2 of ||ref||)
 TOL_SCORE = 1e-4
 MARGIN_REL = 1e-3
 DISTINCT_REL = 1e-2     # inputs' reference logits must differ by 100x the tolerance
@@ -149,15 +161,20 @@ def softmax(v):
     return e / e.sum()
 
 
-def check_logits(tid, out_row, ref_row):
+def check_logits(tid, out_row, ref_row, precision="fp32"):
+    """Returns the relative L2 error and whether the top-1 margin was clear."""
+    tol = TOL_REL_L2[precision]
     err = np.linalg.norm(out_row - ref_row) / np.linalg.norm(ref_row)
     order, clear = clear_prefix(ref_row, 1)
     margin = (ref_row[order[0]] - ref_row[order[1]]) / abs(ref_row[order[0]]) if len(order) > 1 else math.inf
+    if precision == "bf16" and len(order) > 1:
+        clear = margin > MARGIN_REL_BF16
     got1 = int(np.argmax(out_row)) if np.all(np.isfinite(out_row)) else -1
-    msg = (f"rel L2 error {err:.2e} (tol {TOL_REL_L2:.0e}), top-1 {got1} "
+    msg = (f"rel L2 error {err:.2e} (tol {tol:.0e}), top-1 {got1} "
            f"ref {order[0]} (margin {margin:.2e}{'' if clear else ', unclear'})")
-    ok = bool(err <= TOL_REL_L2) and (not clear or got1 == order[0])
+    ok = bool(err <= tol) and (not clear or got1 == order[0])
     report(ok, tid, msg)
+    return err, bool(clear)
 
 
 def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
@@ -219,15 +236,16 @@ def check_json(tid, line, path, ref_row, k, labels, model_id, precision):
     report(not why, tid, "; ".join(why) if why else msg)
 
 
-def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id):
+def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id, precision="fp32"):
     """Runs inferd-run over all inputs once and checks every output. k is
-    what --top asks; inferd caps it at the class count."""
+    what --top asks; inferd caps it at the class count. In bf16 the JSON's
+    scores are held against inferd's own logits."""
     n = len(inputs)
     CLASSES = ref.shape[1]
     k = min(k, CLASSES)
     logits_path = os.path.join(tmp, "logits.f32")
     np.full(n * CLASSES, np.nan, dtype="<f4").tofile(logits_path)  # poison
-    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", "fp32",
+    cmd = [inferd, "--weights", weights, "--backend", "cpu", "--precision", precision,
            "--logits", logits_path] + args + [path for _, path, _ in inputs]
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -240,7 +258,7 @@ def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id
     size = os.path.getsize(logits_path)
     ok = rc == 0 and len(lines) == n and size == n * CLASSES * 4
     report(ok, f"{tid}/run",
-           f"`inferd-run --backend cpu --precision fp32 {' '.join(shown)} <{n} inputs>`: exit {rc}, "
+           f"`inferd-run --backend cpu --precision {precision} {' '.join(shown)} <{n} inputs>`: exit {rc}, "
            f"{len(lines)} lines (want {n}), {size} logits bytes (want {n * CLASSES * 4})"
            + ("" if ok else f"; stderr: {stderr.strip()[-300:]!r}"))
     out = np.zeros((n, CLASSES))
@@ -249,6 +267,7 @@ def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id
     else:
         out[:] = np.nan
     brk = os.environ.get("GOLDEN_BREAK", "")
+    errs, clears = [], 0
     for i, (name, path, _) in enumerate(inputs):
         ref_row = ref[i].copy()
         out_row = out[i]
@@ -259,13 +278,41 @@ def run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, labels, model_id
                 out_row[i % CLASSES] += bump
             else:
                 ref_row[i % CLASSES] += bump
-        check_logits(f"{tid}/{name}", out_row, ref_row)
+        err, clear = check_logits(f"{tid}/{name}", out_row, ref_row, precision)
+        errs.append(err)
+        clears += clear
         if i < len(lines):
-            check_json(f"{tid}/json-{name}", lines[i], path, ref_row, k, labels,
-                       model_id, "fp32")
+            check_json(f"{tid}/json-{name}", lines[i], path, ref_row if precision == "fp32" else out_row,
+                       k, labels, model_id, precision)
         else:
             report(False, f"{tid}/json-{name}", "no prediction line")
     os.unlink(logits_path)
+    print(f"INFO {tid}: {precision} rel L2 error against float64: max {max(errs):.2e}, "
+          f"mean {sum(errs) / len(errs):.2e}; {clears} of {n} top-1 margins clear", flush=True)
+
+
+def cpu_has_bf16():
+    """Whether /proc/cpuinfo lists a bf16 instruction set the CPU engine uses."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def run_bf16(tid, inferd, weights, inputs, ref, tmp, args, k, model_id):
+    """The bf16 run where the CPU has bf16; elsewhere inferd-run must refuse
+    it with its sentence, and the run is SKIP."""
+    if cpu_has_bf16():
+        return run_inferd(tid, inferd, weights, inputs, ref, tmp, args, k, None, model_id, "bf16")
+    r = subprocess.run([inferd, "--weights", weights, "--backend", "cpu", "--precision", "bf16", inputs[0][1]],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    refused = r.returncode != 0 and "AVX512_BF16 or AMX" in r.stderr
+    report(refused, f"{tid}/refused", f"inferd-run --precision bf16 without the CPU's bf16: exit "
+           f"{r.returncode}, stderr {r.stderr.strip()[-200:]!r}")
+    print(f"SKIP {tid}: this CPU has no avx512_bf16 or amx_bf16 flag, so the CPU engine's bf16 "
+          f"is not run here", flush=True)
 
 
 def check_reference(tid, ref, n):
@@ -365,6 +412,9 @@ def main():
         for name, args, k, with_labels in dtype_runs:
             run_inferd(f"{tid}/{name}", inferd, weights, inputs, ref, tmp, args, k,
                        labels if with_labels else None, model_id)
+        if dtype == "F32":
+            run_bf16(f"{tid}/bf16-b4", inferd, weights, inputs, ref, tmp, ["--batch", "4", "--top", "3"], 3,
+                     model_id)
         os.unlink(weights)
     run_archs(inferd, exporter, tmp, inputs)
     return 1 if failures else 0
