@@ -1,13 +1,13 @@
-/* cpu_dnnl: the CPU engine's convolutions (and, in bf16, its max pool) as
- * oneDNN primitives.
+/* cpu_dnnl: the CPU engine's convolutions and its max pool as oneDNN
+ * primitives.
  *
  * One oneDNN primitive per conv of the model table and per batch bucket
  * (engine_cuda_buckets: 1, 2, 4, ... below max_batch, then max_batch; a
  * batch of n runs as chunks of the largest buckets that fit, so a batch of 1
  * costs one sample, not max_batch). Activations are NHWC, fp32 or bf16 (the
- * engine's precision; bf16 accumulates in fp32 inside oneDNN's kernels). In
- * fp32 the pools, the fc and the head are cpu_ops', shared with the
- * reference; in bf16 the max pool is a oneDNN primitive too. The bias (fp32),
+ * engine's precision; bf16 accumulates in fp32 inside oneDNN's kernels). The
+ * global average pool, the fc and the head are cpu_ops', shared with the
+ * reference (in bf16 the engine widens the pool's input). The bias (fp32),
  * the residual add (a binary post-op reading the residual tensor) and the
  * ReLU are fused into each convolution.
  *
@@ -35,7 +35,7 @@
 typedef struct cpu_dnnl cpu_dnnl_t;
 
 /* Whether cpu_dnnl runs ops of this kind in precision p (fp32 or bf16):
- * the convs always, the max pool in bf16. The engine runs the others. */
+ * the convs and the max pool. The engine runs the others. */
 int cpu_dnnl_runs(precision_t p, model_op_kind_t kind);
 
 /* What cpu_dnnl_new would hold for m at max_batch in precision p, without

@@ -1,5 +1,5 @@
-/* engine_cpu: the CPU executor of the plan: oneDNN's convolutions
- * (cpu_dnnl), cpu_ops for the rest.
+/* engine_cpu: the CPU executor of the plan: oneDNN's convolutions and max
+ * pool (cpu_dnnl), cpu_ops for the rest.
  *
  * One worker thread runs submitted slots in order, so the caller's thread
  * (the daemon's event loop) never waits behind a batch. Completion is an
