@@ -196,7 +196,7 @@ typedef struct cfg_live_ops {
                                   errbuf_t *why);
         /* [model] precision, a swap key: 0 when the running engine takes the
          * new precision without a swap (the CPU engine computes in fp32
-         * whatever it says), -EAGAIN when it needs one. */
+         * whatever it says but bf16), -EAGAIN when it needs one. */
         int (*set_precision)(void *userdata, precision_t precision, errbuf_t *why);
 } cfg_live_ops_t;
 
