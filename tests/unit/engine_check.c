@@ -1,9 +1,28 @@
 /* engine_check: the engine suites' shared helpers (engine_check.h). */
 #include "engine_check.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "unit.h"
+
+engine_t *engine_check_open(model_t *m, int max_batch, precision_t p, bool reference) {
+        engine_options_t o;
+        engine_t *e = NULL;
+        errbuf_t err;
+
+        engine_options_init(&o);
+        o.backend = BACKEND_CPU;
+        o.precision = p;
+        o.cpu_reference = reference;
+        o.max_batch = max_batch;
+        o.top_k = 3;
+        if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {
+                fprintf(stderr, "engine_open: %s\n", err.msg);
+                return NULL;
+        }
+        return e;
+}
 
 void *engine_check_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {
         unsigned char *p = engine_slot_place(e, slot, i, f);

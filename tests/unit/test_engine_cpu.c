@@ -13,25 +13,8 @@
 #include "engine_check.h"
 #include "unit.h"
 
-static engine_t *engine_test_open_as(model_t *m, int max_batch, bool reference) {
-        engine_options_t o;
-        engine_t *e = NULL;
-        errbuf_t err;
-
-        engine_options_init(&o);
-        o.backend = BACKEND_CPU;
-        o.cpu_reference = reference;
-        o.max_batch = max_batch;
-        o.top_k = 3;
-        if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {
-                fprintf(stderr, "engine_open: %s\n", err.msg);
-                return NULL;
-        }
-        return e;
-}
-
 static engine_t *engine_test_open(model_t *m, int max_batch) {
-        return engine_test_open_as(m, max_batch, false);
+        return engine_check_open(m, max_batch, PRECISION_AUTO, false);
 }
 
 static void test_engine_cpu_result_independent_of_batch(void) {
@@ -111,7 +94,7 @@ static void test_engine_cpu_marks_nonfinite_rows(void) {
 
         CU_ASSERT_EQUAL_FATAL(model_random(&m, 5), 0);
         for (int reference = 0; reference < 2; reference++) {
-                e = engine_test_open_as(m, 3, reference);
+                e = engine_check_open(m, 3, PRECISION_AUTO, reference);
                 CU_ASSERT_PTR_NOT_NULL_FATAL(e);
                 engine_check_fill(e, 0, 0, 101, RECORD_RGB8);
                 p = engine_check_fill(e, 0, 1, 202, RECORD_F32_CHW);
@@ -517,8 +500,8 @@ static void test_engine_cpu_onednn_matches_reference(void) {
         for (int i = 0; i < m->n_ops; i++)
                 if (m->ops[i].kind == MODEL_OP_CONV)
                         conv_elems += (size_t)m->ops[i].cout * m->ops[i].kh * m->ops[i].kw * m->ops[i].cin;
-        d = engine_test_open_as(m, 7, false);
-        ref = engine_test_open_as(m, 7, true);
+        d = engine_check_open(m, 7, PRECISION_AUTO, false);
+        ref = engine_check_open(m, 7, PRECISION_AUTO, true);
         CU_ASSERT_PTR_NOT_NULL_FATAL(d);
         CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
         pd = engine_plan_of(d);

@@ -20,23 +20,6 @@
 
 #define ONEDNN_TEST_BATCH 7
 
-static engine_t *onednn_test_open(model_t *m, int max_batch, precision_t p) {
-        engine_options_t o;
-        engine_t *e = NULL;
-        errbuf_t err;
-
-        engine_options_init(&o);
-        o.backend = BACKEND_CPU;
-        o.precision = p;
-        o.max_batch = max_batch;
-        o.top_k = 3;
-        if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {
-                fprintf(stderr, "engine_open: %s\n", err.msg);
-                return NULL;
-        }
-        return e;
-}
-
 /* ||a - b|| / ||b|| over n elements. */
 static double onednn_test_rel(const float *a, const float *b, size_t n) {
         double num = 0, den = 0;
@@ -127,8 +110,8 @@ static void test_engine_onednn_bf16_matches_fp32(void) {
         CU_ASSERT_PTR_NOT_NULL_FATAL(got);
         CU_ASSERT_PTR_NOT_NULL_FATAL(want);
         CU_ASSERT_EQUAL_FATAL(model_random(&m, 9), 0);
-        b = onednn_test_open(m, ONEDNN_TEST_BATCH, PRECISION_BF16);
-        f = onednn_test_open(m, ONEDNN_TEST_BATCH, PRECISION_FP32);
+        b = engine_check_open(m, ONEDNN_TEST_BATCH, PRECISION_BF16, false);
+        f = engine_check_open(m, ONEDNN_TEST_BATCH, PRECISION_FP32, false);
         CU_ASSERT_PTR_NOT_NULL_FATAL(b);
         CU_ASSERT_PTR_NOT_NULL_FATAL(f);
         CU_ASSERT_EQUAL(engine_precision(b), PRECISION_BF16);
@@ -181,11 +164,11 @@ static void test_engine_onednn_swap_precision(void) {
         CU_ASSERT_EQUAL_FATAL(model_random(&m, 9), 0);
         CU_ASSERT_EQUAL_FATAL(model_random(&next, 9), 0);
         CU_ASSERT_EQUAL_FATAL(model_random(&back, 9), 0);
-        ref = onednn_test_open(m, 2, PRECISION_BF16);
+        ref = engine_check_open(m, 2, PRECISION_BF16, false);
         CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
         CU_ASSERT_EQUAL_FATAL(engine_check_batch(ref, seeds, 2, want_b), 0);
         engine_free(ref);
-        e = onednn_test_open(m, 2, PRECISION_FP32);
+        e = engine_check_open(m, 2, PRECISION_FP32, false);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, 2, want_f), 0);
 
@@ -215,7 +198,7 @@ static void test_engine_onednn_swap_precision(void) {
         engine_free(e);
 
         /* Opened in bf16: fp32 at batch 2 does not fit its arena. */
-        e = onednn_test_open(back, 2, PRECISION_BF16);
+        e = engine_check_open(back, 2, PRECISION_BF16, false);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         CU_ASSERT_EQUAL_FATAL(model_random(&next, 9), 0);
         CU_ASSERT_EQUAL(engine_swap_plan(e, next, &o, &plan, &err), -ENOSPC);
@@ -242,7 +225,7 @@ static void onednn_test_allocates_nothing(precision_t p) {
 
         CU_ASSERT_PTR_NOT_NULL_FATAL(out);
         CU_ASSERT_EQUAL_FATAL(model_random(&m, 3), 0);
-        e = onednn_test_open(m, 4, p);
+        e = engine_check_open(m, 4, p, false);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         for (int k = 1; k <= 4; k++)
                 CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, k, out), 0);
