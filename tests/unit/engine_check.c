@@ -1,6 +1,7 @@
 /* engine_check: the engine suites' shared helpers (engine_check.h). */
 #include "engine_check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +23,16 @@ engine_t *engine_check_open(model_t *m, int max_batch, precision_t p, bool refer
                 return NULL;
         }
         return e;
+}
+
+double engine_check_rel_l2(const float *a, const float *b, size_t n) {
+        double num = 0, den = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                num += pow((double)a[i] - b[i], 2);
+                den += pow(b[i], 2);
+        }
+        return sqrt(num / den);
 }
 
 void *engine_check_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f) {

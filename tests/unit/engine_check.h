@@ -16,6 +16,9 @@
  * stderr) when it cannot open. */
 engine_t *engine_check_open(model_t *m, int max_batch, precision_t p, bool reference);
 
+/* ||a - b|| / ||b|| over n elements: the relative L2 error of a against b. */
+double engine_check_rel_l2(const float *a, const float *b, size_t n);
+
 /* Places record i of slot with random content of seed; returns where it went. */
 void *engine_check_fill(engine_t *e, int slot, int i, uint64_t seed, record_format_t f);
 

@@ -257,29 +257,8 @@ static void test_engine_cpu_auto_falls_back_with_warning(void) {
         model_free(m);
 }
 
-/* Runs record `seed` (rgb8) alone in slot 0 of e; its logits into out. */
-static int engine_test_logits(engine_t *e, uint64_t seed, float out[R50_CLASSES]) {
-        errbuf_t err;
-        int r;
-
-        engine_check_fill(e, 0, 0, seed, RECORD_RGB8);
-        if ((r = engine_submit(e, 0, 1, &err)) < 0 || (r = engine_wait(e, 0, &err)) < 0)
-                return r;
-        memcpy(out, engine_slot_logits(e, 0), R50_CLASSES * sizeof(float));
-        return 0;
-}
-
-static double engine_test_rel(const float *a, const float *b) {
-        double num = 0, den = 0;
-
-        for (int c = 0; c < R50_CLASSES; c++) {
-                num += pow((double)a[c] - b[c], 2);
-                den += pow(b[c], 2);
-        }
-        return sqrt(num / den);
-}
-
-/* Logits (classes) of one rgb8 record through slot 0. */
+/* Runs record `seed` (rgb8) alone in slot 0 of e; its logits (classes of
+ * them) into out. */
 static int engine_test_logits_k(engine_t *e, uint64_t seed, float *out, int classes) {
         errbuf_t err;
         int r;
@@ -291,14 +270,8 @@ static int engine_test_logits_k(engine_t *e, uint64_t seed, float *out, int clas
         return 0;
 }
 
-static double engine_test_rel_k(const float *a, const float *b, int classes) {
-        double num = 0, den = 0;
-
-        for (int c = 0; c < classes; c++) {
-                num += pow((double)a[c] - b[c], 2);
-                den += pow(b[c], 2);
-        }
-        return sqrt(num / den);
+static int engine_test_logits(engine_t *e, uint64_t seed, float out[R50_CLASSES]) {
+        return engine_test_logits_k(e, seed, out, R50_CLASSES);
 }
 
 /* A swap in place may change the architecture and the class count: from
@@ -347,7 +320,7 @@ static void test_engine_cpu_swap_architecture(void) {
         model_free(r50);
         r50 = NULL;
         CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(e, 77, got, 10), 0);
-        CU_ASSERT(engine_test_rel_k(got, l18, 10) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, l18, 10) < 1e-6);
         top = engine_slot_topk(e, 0);
         for (int j = 0; j < 3; j++)
                 CU_ASSERT(top[j].cls >= 0 && top[j].cls < 10);
@@ -370,7 +343,7 @@ static void test_engine_cpu_swap_architecture(void) {
                 CU_ASSERT(plan.max_batch < 2);
                 CU_ASSERT_EQUAL_FATAL(engine_swap(e, r50b, &plan, &err), 0);
                 CU_ASSERT_EQUAL_FATAL(engine_test_logits_k(e, 77, got, R50_CLASSES), 0);
-                CU_ASSERT(engine_test_rel_k(got, l50, R50_CLASSES) < 1e-6);
+                CU_ASSERT(engine_check_rel_l2(got, l50, R50_CLASSES) < 1e-6);
         } else {
                 CU_ASSERT_EQUAL(r, -ENOSPC);
                 CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "allocated at start"));
@@ -408,7 +381,7 @@ static void test_engine_cpu_swap_weights(void) {
         e = engine_test_open(a, 2);
         CU_ASSERT_PTR_NOT_NULL_FATAL(e);
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, la), 0);
-        CU_ASSERT(engine_test_rel(la, lb) > 0.1);       /* two different models */
+        CU_ASSERT(engine_check_rel_l2(la, lb, R50_CLASSES) > 0.1);       /* two different models */
 
         engine_options_init(&o);
         o.backend = BACKEND_CPU;
@@ -419,7 +392,7 @@ static void test_engine_cpu_swap_weights(void) {
         CU_ASSERT_EQUAL(engine_swap_plan(e, b, &o, &plan, &err), -ENOSPC);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "weights"));
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
-        CU_ASSERT(engine_test_rel(got, la) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, la, R50_CLASSES) < 1e-6);
 
         /* Busy: refused, nothing changed. */
         o.device_budget = NULL;
@@ -429,14 +402,14 @@ static void test_engine_cpu_swap_weights(void) {
         CU_ASSERT_EQUAL_FATAL(engine_submit(e, 0, 1, &err), 0);
         CU_ASSERT_EQUAL(engine_swap(e, b, &plan, &err), -EBUSY);
         CU_ASSERT_EQUAL_FATAL(engine_wait(e, 0, &err), 0);
-        CU_ASSERT(engine_test_rel(engine_slot_logits(e, 0), la) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(engine_slot_logits(e, 0), la, R50_CLASSES) < 1e-6);
 
         /* Idle: swapped; the old model can go. */
         CU_ASSERT_EQUAL_FATAL(engine_swap(e, b, &plan, &err), 0);
         model_free(a);
         a = NULL;
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
-        CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, lb, R50_CLASSES) < 1e-6);
 
         /* The swap kept the arena and the host block of open: its plan
          * charges both whole (the weights are the model's own blocks). */
@@ -473,7 +446,7 @@ static void test_engine_cpu_swap_weights(void) {
         CU_ASSERT_EQUAL(engine_max_batch(e), 1);
         CU_ASSERT_EQUAL(engine_plan_of(e)->pinned_host_bytes, e->held_pinned_host_bytes);
         CU_ASSERT_EQUAL_FATAL(engine_test_logits(e, 77, got), 0);
-        CU_ASSERT(engine_test_rel(got, lb) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, lb, R50_CLASSES) < 1e-6);
         engine_free(e);
         model_free(c);
 }
@@ -518,7 +491,8 @@ static void test_engine_cpu_onednn_matches_reference(void) {
                 CU_ASSERT_EQUAL_FATAL(engine_check_batch(d, seeds, n, got), 0);
                 CU_ASSERT_EQUAL_FATAL(engine_check_batch(ref, seeds, n, want), 0);
                 for (int i = 0; i < n; i++) {
-                        double rel = engine_test_rel(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES);
+                        double rel = engine_check_rel_l2(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES,
+                                                         R50_CLASSES);
 
                         CU_ASSERT(rel < 1e-5);
                         if (!(rel <= worst))

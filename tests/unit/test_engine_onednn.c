@@ -20,17 +20,6 @@
 
 #define ONEDNN_TEST_BATCH 7
 
-/* ||a - b|| / ||b|| over n elements. */
-static double onednn_test_rel(const float *a, const float *b, size_t n) {
-        double num = 0, den = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                num += pow((double)a[i] - b[i], 2);
-                den += pow(b[i], 2);
-        }
-        return sqrt(num / den);
-}
-
 /* bf16 on a CPU without it: one sentence naming the missing instruction
  * sets, at open and when planning (--plan, --check-config); fp16 is not a
  * CPU precision; the reference is fp32 only; and backend auto's fallback
@@ -129,7 +118,7 @@ static void test_engine_onednn_bf16_matches_fp32(void) {
                 CU_ASSERT_EQUAL_FATAL(engine_check_batch(b, seeds, n, got), 0);
                 CU_ASSERT_EQUAL_FATAL(engine_check_batch(f, seeds, n, want), 0);
                 for (int i = 0; i < n; i++) {
-                        double rel = onednn_test_rel(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES,
+                        double rel = engine_check_rel_l2(got + (size_t)i * R50_CLASSES, want + (size_t)i * R50_CLASSES,
                                                      R50_CLASSES);
 
                         if (!(rel <= worst))
@@ -185,7 +174,7 @@ static void test_engine_onednn_swap_precision(void) {
         m = NULL;
         CU_ASSERT_EQUAL(engine_precision(e), PRECISION_BF16);
         CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, 2, got), 0);
-        CU_ASSERT(onednn_test_rel(got, want_b, 2 * R50_CLASSES) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, want_b, 2 * R50_CLASSES) < 1e-6);
 
         o.precision = PRECISION_FP32;
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, back, &o, &plan, &err), 0);
@@ -194,7 +183,7 @@ static void test_engine_onednn_swap_precision(void) {
         next = NULL;
         CU_ASSERT_EQUAL(engine_precision(e), PRECISION_FP32);
         CU_ASSERT_EQUAL_FATAL(engine_check_batch(e, seeds, 2, got), 0);
-        CU_ASSERT(onednn_test_rel(got, want_f, 2 * R50_CLASSES) < 1e-6);
+        CU_ASSERT(engine_check_rel_l2(got, want_f, 2 * R50_CLASSES) < 1e-6);
         engine_free(e);
 
         /* Opened in bf16: fp32 at batch 2 does not fit its arena. */
