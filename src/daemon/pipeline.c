@@ -121,7 +121,7 @@ void pipeline_submit_filling(pipeline_t *p) {
 /* Records still decoding are placed after it: the slot they then fill goes
  * too, once the last of them is placed (pipeline_staging_place). */
 void pipeline_flush_filling(pipeline_t *p) {
-        p->flush_after_decodes = p->decode && pipeline_staging_busy(p) > 0;
+        p->flush_after_decodes = pipeline_staging_busy(p) > 0;
         pipeline_submit_filling(p);
 }
 
@@ -487,8 +487,7 @@ void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s) {
 }
 
 int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch) {
-        if (batch_records_held(p->batch) > 0 || batch_in_flight(p->batch) > 0 ||
-            (p->decode && pipeline_staging_busy(p) > 0))
+        if (batch_records_held(p->batch) > 0 || batch_in_flight(p->batch) > 0 || pipeline_staging_busy(p) > 0)
                 return -EBUSY;
         p->meta.model_id = model_id;
         p->meta.precision = precision;
@@ -524,7 +523,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .slots = batch_depth(p->batch),
                 .slots_in_flight = batch_in_flight(p->batch),
                 .records_in_slots = batch_records_held(p->batch),
-                .records_decoding = p->decode ? pipeline_staging_busy(p) : 0,
+                .records_decoding = pipeline_staging_busy(p),
                 .records_held = p->held_len,
                 .batch_limit = batch_limit(p->batch),
                 .batch_capacity = engine_max_batch(p->engine),

@@ -158,7 +158,8 @@ bool pipeline_staging_has_room(const pipeline_t *p);
 void pipeline_staging_take(pipeline_t *p, rd_kafka_message_t *m, int tag, const rectime_t *times,
                            record_format_t fmt);
 
-/* Records taken and not yet placed in a slot or sent to the DLQ. */
+/* Records taken and not yet placed in a slot or sent to the DLQ (0
+ * without decoding: there are no entries). */
 int pipeline_staging_busy(const pipeline_t *p);
 
 /* Places decoded records in the slots, and sends refused ones to the DLQ,
