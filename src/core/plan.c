@@ -270,29 +270,41 @@ static uint64_t plan_clamp(uint64_t v, uint64_t lo, uint64_t hi) {
         return v < lo ? lo : v > hi ? hi : v;
 }
 
-void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t *queue_bytes, uint64_t *fetch_bytes,
-                      uint64_t *producer_bytes) {
-        uint64_t q = plan_clamp(rest_bytes / 2, PLAN_KAFKA_QUEUE_MIN_BYTES, (uint64_t)1 << 30), left;
+void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t fetch_scale, uint64_t *queue_bytes,
+                      uint64_t *fetch_bytes, uint64_t *fetch_wire_bytes, uint64_t *producer_bytes) {
+        uint64_t q = plan_clamp(rest_bytes / 2, PLAN_KAFKA_QUEUE_MIN_BYTES, (uint64_t)1 << 30), q_min, left, wire;
+        uint64_t fetch_min = fetch_scale * PLAN_KAFKA_FETCH_WIRE_MIN_BYTES;
 
-        if (q < hold_bytes)
-                q = hold_bytes < PLAN_KAFKA_QUEUE_MAX_BYTES ? hold_bytes : PLAN_KAFKA_QUEUE_MAX_BYTES;
+        q_min = hold_bytes < PLAN_KAFKA_QUEUE_MAX_BYTES ? hold_bytes : PLAN_KAFKA_QUEUE_MAX_BYTES;
+        if (q_min < PLAN_KAFKA_QUEUE_MIN_BYTES)
+                q_min = PLAN_KAFKA_QUEUE_MIN_BYTES;
+        if (q < q_min)
+                q = q_min;
+        /* Half of the rest leaves too little for the other two floors: the
+         * queue takes what they leave, down to its own floor. */
+        if (rest_bytes < q + fetch_min + PLAN_KAFKA_PRODUCER_MIN_BYTES)
+                q = rest_bytes > q_min + fetch_min + PLAN_KAFKA_PRODUCER_MIN_BYTES
+                            ? rest_bytes - fetch_min - PLAN_KAFKA_PRODUCER_MIN_BYTES
+                            : q_min;
         left = rest_bytes > q ? rest_bytes - q : 0;
         *queue_bytes = q;
-        *fetch_bytes = plan_clamp(left / 2, PLAN_KAFKA_FETCH_MIN_BYTES, (uint64_t)256 << 20);
+        wire = left / 2 / fetch_scale;
         *producer_bytes = plan_clamp(left / 2, PLAN_KAFKA_PRODUCER_MIN_BYTES, (uint64_t)1 << 30);
         /* Too little for halves above both floors: the producer's floor
-         * first (a DLQ copy must fit), the fetch response the rest. */
-        if (left < 2 * PLAN_KAFKA_PRODUCER_MIN_BYTES) {
+         * first (a DLQ copy must fit), the fetch responses the rest. */
+        if (left / 2 < fetch_min || left / 2 < PLAN_KAFKA_PRODUCER_MIN_BYTES) {
                 *producer_bytes = PLAN_KAFKA_PRODUCER_MIN_BYTES;
-                *fetch_bytes = left > PLAN_KAFKA_PRODUCER_MIN_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES
-                                       ? left - PLAN_KAFKA_PRODUCER_MIN_BYTES
-                                       : PLAN_KAFKA_FETCH_MIN_BYTES;
+                wire = left > PLAN_KAFKA_PRODUCER_MIN_BYTES ? (left - PLAN_KAFKA_PRODUCER_MIN_BYTES) / fetch_scale : 0;
         }
+        *fetch_wire_bytes = plan_clamp(wire, PLAN_KAFKA_FETCH_WIRE_MIN_BYTES, PLAN_KAFKA_FETCH_WIRE_MAX_BYTES);
+        *fetch_bytes = *fetch_wire_bytes * fetch_scale;
 }
 
 /* librdkafka's terms of a plan whose host_rest_bytes is known. */
 static void plan_kafka_terms(plan_t *p) {
-        plan_kafka_split(p->host_rest_bytes, p->kafka_hold_bytes, &p->kafka_queue_bytes, &p->kafka_fetch_bytes,
+        plan_kafka_split(p->host_rest_bytes, p->kafka_hold_bytes,
+                         plan_kafka_fetch_scale(p->kafka_fetch_responses, p->kafka_compression_ratio),
+                         &p->kafka_queue_bytes, &p->kafka_fetch_bytes, &p->kafka_fetch_wire_bytes,
                          &p->kafka_producer_bytes);
 }
 
@@ -340,14 +352,18 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->host_reserve_bytes = req->host_reserve_bytes;
         /* librdkafka's queue holds the hold's records: the reserve that
          * neither the pinned buffers nor decoding may take covers them and
-         * the floors of the fetch response and the producer's queue. A
+         * the floors of the fetch responses and the producer's queue. A
          * hold past the queue's largest size cannot be kept. */
         p->kafka_hold_records = plan_kafka_hold_records(req->kafka_hold_us, req->kafka_hold_rate_per_s,
                                                         req->pipeline_depth, batch);
         p->kafka_hold_us = req->kafka_hold_us;
         p->kafka_hold_bytes = p->kafka_hold_records * req->record_bytes;
+        p->kafka_fetch_responses = req->kafka_fetch_responses > 0 ? req->kafka_fetch_responses : 1;
+        p->kafka_compression_ratio = req->kafka_compression_ratio > 0 ? req->kafka_compression_ratio : 1;
         if (p->kafka_hold_bytes > 0) {
-                uint64_t need = p->kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES;
+                uint64_t need = p->kafka_hold_bytes +
+                                plan_kafka_fetch_min_bytes(p->kafka_fetch_responses, p->kafka_compression_ratio) +
+                                PLAN_KAFKA_PRODUCER_MIN_BYTES;
 
                 if (p->kafka_hold_bytes > PLAN_KAFKA_QUEUE_MAX_BYTES)
                         need = UINT64_MAX / 4;
@@ -398,7 +414,8 @@ static int plan_fits(const plan_t *p) {
 static const char *plan_reserve_what(const plan_t *p, char *buf, size_t len) {
         char a[32], b[32];
 
-        if (p->kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES < p->host_reserve_bytes ||
+        if (p->kafka_hold_bytes + plan_kafka_fetch_min_bytes(p->kafka_fetch_responses, p->kafka_compression_ratio) +
+                            PLAN_KAFKA_PRODUCER_MIN_BYTES < p->host_reserve_bytes ||
             p->kafka_hold_bytes == 0)
                 snprintf(buf, len, "librdkafka's minimum (%s)", units_format_size(p->host_reserve_bytes, a, sizeof(a)));
         else
@@ -582,7 +599,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_staging_bytes\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
                 "\"host_reserve_bytes\":%llu,\"host_rest_bytes\":%llu,"
                 "\"kafka_hold_us\":%llu,\"kafka_hold_records\":%llu,\"kafka_hold_bytes\":%llu,"
-                "\"kafka_queue_bytes\":%llu,\"kafka_fetch_bytes\":%llu,\"kafka_producer_bytes\":%llu,"
+                "\"kafka_queue_bytes\":%llu,\"kafka_fetch_bytes\":%llu,\"kafka_fetch_wire_bytes\":%llu,"
+                "\"kafka_fetch_responses\":%d,\"kafka_compression_ratio\":%d,\"kafka_producer_bytes\":%llu,"
                 "\"held_arena_bytes\":%llu,\"arena_kept_bytes\":%llu,\"held_pinned_host_bytes\":%llu,\"carved_pinned_host_bytes\":%llu}\n",
                 p->model, p->classes, backend_name(p->backend), precision_name(p->precision), p->max_batch,
                 p->pipeline_depth, (unsigned long long)p->weights_bytes, (unsigned long long)p->activation_bytes_per_sample,
@@ -600,6 +618,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->host_rest_bytes, (unsigned long long)p->kafka_hold_us,
                 (unsigned long long)p->kafka_hold_records, (unsigned long long)p->kafka_hold_bytes,
                 (unsigned long long)p->kafka_queue_bytes, (unsigned long long)p->kafka_fetch_bytes,
+                (unsigned long long)p->kafka_fetch_wire_bytes, p->kafka_fetch_responses, p->kafka_compression_ratio,
                 (unsigned long long)p->kafka_producer_bytes, (unsigned long long)p->held_arena_bytes,
                 (unsigned long long)p->arena_kept_bytes, (unsigned long long)p->held_pinned_host_bytes,
                 (unsigned long long)p->engine.pinned_host_bytes);
@@ -682,8 +701,11 @@ int plan_write_text(const plan_t *p, FILE *out) {
                         units_format_size(p->kafka_queue_bytes, a, sizeof(a)), (double)p->kafka_hold_us / 1e6,
                         (unsigned long long)p->kafka_hold_records, units_format_size(p->record_bytes, b, sizeof(b)),
                         units_format_size(p->kafka_hold_bytes, c, sizeof(c)));
-                fprintf(out, "  %-22s %12s  (fetch.max.bytes: one response, which may overshoot the queue)\n",
-                        "  fetch response", units_format_size(p->kafka_fetch_bytes, a, sizeof(a)));
+                fprintf(out, "  %-22s %12s  (%d response%s at once, one per broker, each fetch.max.bytes = %s on "
+                        "the wire and decompressed up to %d:1, beyond the queue)\n", "  fetch responses",
+                        units_format_size(p->kafka_fetch_bytes, a, sizeof(a)), p->kafka_fetch_responses,
+                        p->kafka_fetch_responses == 1 ? "" : "s",
+                        units_format_size(p->kafka_fetch_wire_bytes, b, sizeof(b)), p->kafka_compression_ratio);
                 fprintf(out, "  %-22s %12s  (queue.buffering.max.kbytes: predictions and DLQ copies not yet "
                         "acknowledged)\n", "  producer queue", units_format_size(p->kafka_producer_bytes, a, sizeof(a)));
         }

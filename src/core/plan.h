@@ -101,14 +101,42 @@ typedef struct plan_decode_terms {
  * when max_pixels is 0. */
 int plan_decode_terms(uint64_t max_pixels, uint64_t input_bytes, plan_decode_terms_t *ret);
 
-/* librdkafka's floors, whatever the budget leaves: a consumer queue and a
- * fetch response that hold a float32 record, and a producer queue above
- * its default message.max.bytes (1,000,000), so that the largest DLQ copy
- * fits an empty queue. PLAN_KAFKA_MIN_BYTES is their sum. */
+/* librdkafka's floors, whatever the budget leaves: a consumer queue that
+ * holds a float32 record, and a producer queue above its default
+ * message.max.bytes (1,000,000), so that the largest DLQ copy fits an
+ * empty queue. The fetch responses' floor depends on their shape
+ * (plan_kafka_fetch_min_bytes); plan_kafka_min_bytes is the three floors'
+ * sum. */
 #define PLAN_KAFKA_QUEUE_MIN_BYTES ((uint64_t)4 << 20)
-#define PLAN_KAFKA_FETCH_MIN_BYTES ((uint64_t)2 << 20)
 #define PLAN_KAFKA_PRODUCER_MIN_BYTES ((uint64_t)4 << 20)
-#define PLAN_KAFKA_MIN_BYTES (PLAN_KAFKA_QUEUE_MIN_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES)
+/* A record batch as a broker stores it, at most (Kafka's default
+ * max.message.bytes, 1 MiB + 12): a fetch response carries at least one
+ * batch even past fetch.max.bytes (KIP-74), so no wire limit below it
+ * bounds a response. */
+#define PLAN_KAFKA_FETCH_WIRE_MIN_BYTES ((uint64_t)1048588)
+/* fetch.max.bytes's largest planned value. */
+#define PLAN_KAFKA_FETCH_WIRE_MAX_BYTES ((uint64_t)256 << 20)
+/* The defaults of the fetch responses' shape without a config (tests,
+ * tools): one broker, records that do not compress. */
+#define PLAN_KAFKA_FETCH_RESPONSES_DEFAULT 1
+#define PLAN_KAFKA_COMPRESSION_RATIO_DEFAULT 1
+
+/* What librdkafka's fetch responses may hold at once: it fetches from every
+ * broker that leads an assigned partition in parallel (`responses`), and
+ * decompresses each response whole into its queue as it arrives, whatever
+ * the queue holds: a response of W bytes on the wire takes W (the response)
+ * + ratio x W (its records, decompressed) while it is read. The plan's
+ * fetch term is responses x (1 + ratio) x fetch.max.bytes. */
+static inline uint64_t plan_kafka_fetch_scale(int responses, int ratio) {
+        return (uint64_t)(responses > 0 ? responses : 1) * (uint64_t)(1 + (ratio > 0 ? ratio : 1));
+}
+static inline uint64_t plan_kafka_fetch_min_bytes(int responses, int ratio) {
+        return plan_kafka_fetch_scale(responses, ratio) * PLAN_KAFKA_FETCH_WIRE_MIN_BYTES;
+}
+static inline uint64_t plan_kafka_min_bytes(int responses, int ratio) {
+        return PLAN_KAFKA_QUEUE_MIN_BYTES + plan_kafka_fetch_min_bytes(responses, ratio) +
+               PLAN_KAFKA_PRODUCER_MIN_BYTES;
+}
 /* queued.max.messages.kbytes's largest value (librdkafka's 2097151 KiB). */
 #define PLAN_KAFKA_QUEUE_MAX_BYTES ((uint64_t)2097151 << 10)
 
@@ -121,12 +149,15 @@ uint64_t plan_kafka_hold_records(uint64_t hold_us, int rate_per_s, int pipeline_
 
 /* Splits the host bytes left for librdkafka (rest_bytes): half for the
  * consumer queue (at least PLAN_KAFKA_QUEUE_MIN_BYTES, at most 1 GiB),
- * and at least hold_bytes (up to PLAN_KAFKA_QUEUE_MAX_BYTES); what is left of it, half for one fetch
- * response (at most 256 MiB) and half for the producer's queue (at most
- * 1 GiB); each at least its floor. The three stay within rest_bytes
- * whenever rest_bytes >= hold_bytes + the fetch and producer floors. */
-void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t *queue_bytes, uint64_t *fetch_bytes,
-                      uint64_t *producer_bytes);
+ * and at least hold_bytes (up to PLAN_KAFKA_QUEUE_MAX_BYTES); what is left
+ * of it, half for the fetch responses of the given shape (fetch_scale,
+ * plan_kafka_fetch_scale: *fetch_wire_bytes, fetch.max.bytes, is the term
+ * over it, between PLAN_KAFKA_FETCH_WIRE_MIN_BYTES and _MAX_BYTES) and half
+ * for the producer's queue (at most 1 GiB); each at least its floor. The
+ * three stay within rest_bytes whenever rest_bytes >= hold_bytes + the fetch
+ * and producer floors. */
+void plan_kafka_split(uint64_t rest_bytes, uint64_t hold_bytes, uint64_t fetch_scale, uint64_t *queue_bytes,
+                      uint64_t *fetch_bytes, uint64_t *fetch_wire_bytes, uint64_t *producer_bytes);
 
 /* What decided the number of decode contexts. */
 typedef enum plan_decode_limit {
@@ -219,6 +250,11 @@ typedef struct plan_request {
          * Kafka (inferd-run). */
         uint64_t kafka_hold_us;
         int kafka_hold_rate_per_s;      /* [batching] max_images_per_s; 0: no cap */
+        /* The fetch responses' shape (plan_kafka_fetch_scale): responses
+         * at once ([kafka] brokers' addresses) and the most the input's
+         * records compress ([kafka] max_compression_ratio); 0: 1. */
+        int kafka_fetch_responses;
+        int kafka_compression_ratio;
         /* What the running engine allocated at open and a model swap in
          * place keeps (engine_swap_plan); 0 for a plan made for an open.
          * The plan charges at least these, whatever its batch carves. */
@@ -275,14 +311,17 @@ typedef struct plan {
         uint64_t host_rest_bytes;       /* host budget - pinned - decode: what is left (the daemon gives it
                                          * to librdkafka's queues) */
         /* librdkafka's share of host_rest_bytes (plan_kafka_split): its
-         * consumer queue (queued.max.messages.kbytes), one fetch response
-         * (fetch.max.bytes) and its producer queue
+         * consumer queue (queued.max.messages.kbytes), the fetch responses
+         * it reads at once, decompressed (fetch.max.bytes times the scale
+         * of plan_kafka_fetch_scale) and its producer queue
          * (queue.buffering.max.kbytes). The queue holds at least the hold's
          * records; host_reserve_bytes is raised so that it can. */
         uint64_t kafka_hold_us;         /* the request's */
         uint64_t kafka_hold_records;    /* plan_kafka_hold_records; 0 without Kafka */
         uint64_t kafka_hold_bytes;      /* kafka_hold_records * record_bytes */
         uint64_t kafka_queue_bytes, kafka_fetch_bytes, kafka_producer_bytes;
+        int kafka_fetch_responses, kafka_compression_ratio; /* the request's, at least 1 */
+        uint64_t kafka_fetch_wire_bytes; /* fetch.max.bytes: kafka_fetch_bytes over the shape's scale */
         /* Liveness result: per-sample element offset of each activation tensor
          * in the activation arena, and the arena's size in elements. */
         size_t tensor_offset[MODEL_MAX_TENSORS];

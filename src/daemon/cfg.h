@@ -86,6 +86,7 @@ typedef struct cfg {
                 bool static_membership; /* group.instance.id = <group_id>-<instance> */
                 cfg_delivery_t delivery;
                 int transaction_max_ms; /* exactly-once: how long one transaction may gather batches */
+                int max_compression_ratio; /* the plan's bound on the input's decompressed / wire bytes */
         } kafka;
         cfg_kv_list_t kafka_client;     /* [kafka.client], verbatim: every client */
         cfg_kv_list_t kafka_consumer;   /* [kafka.consumer], verbatim */

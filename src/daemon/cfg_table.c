@@ -135,6 +135,18 @@ const cfg_key_t cfg_keys[] = {
                         "after it is made, plus the commit; each commit closes the intake until what is in flight "
                         "is acknowledged.",
         },
+        {
+                .section = "kafka", .name = "max_compression_ratio", .type = CFG_T_INT, .def = "8",
+                .min = 1, .max = 1000,                  .reload = CFG_RELOAD_RESTART, F(kafka.max_compression_ratio),
+                .description = "The most that the input topic's record batches compress on the wire (their records' "
+                        "bytes over their bytes in a fetch). librdkafka decompresses each fetch response whole as it "
+                        "arrives, from every broker that leads an assigned partition at once, so the plan's fetch term "
+                        "is (the addresses in brokers) x (1 + this) x fetch.max.bytes, and fetch.max.bytes is that "
+                        "term's share over the product, at least 1MiB (inferd --plan shows them). Photographs as RGB8 "
+                        "or float32 compress about 1.5-3:1, JPEG and PNG records 1:1; synthetic or blank images far "
+                        "more. The daemon measures the ratio (librdkafka's statistics) and says so in its log when "
+                        "the input passes it, or when more brokers lead its partitions than brokers lists.",
+        },
 
         {
                 .section = "model", .name = "weights", .type = CFG_T_PATH,
@@ -178,7 +190,7 @@ const cfg_key_t cfg_keys[] = {
                 .section = "memory", .name = "host_budget", .type = CFG_T_SIZE, .def = "2GiB",
                 .min = 1 * MiB, .max = 1 * TiB,
                 .reload = CFG_RELOAD_SWAP, F(memory.host_budget_bytes),
-                .description = "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave goes half to prefetched records, a quarter to one fetch, a quarter to produced records not yet acknowledged; it is at least 10MiB, and at least what lets the prefetch queue hold the back-pressure hold's records (one full batch of float32 records per slot, or a second at max_images_per_s when more) beside 6MiB for the other two: a smaller budget lowers the batch. inferd --plan shows the three. Reloaded by a model swap in place, whose plan must hold the pinned buffers allocated at start (kept until a restart, whatever batch the swap carves from them) and the decode threads running since start (the decode pool is never resized): a budget too small for them is refused; librdkafka's limits stay as at start.",
+                .description = "Host memory for the pinned buffers, the decode threads' buffers and librdkafka's queues: what the pinned buffers and the decode threads leave goes half to prefetched records, a quarter to the fetch responses as they decompress, a quarter to produced records not yet acknowledged; it is at least 8MiB and the fetch responses' floor (1MiB a response, decompressed up to [kafka] max_compression_ratio: 17MiB with one broker and the default 8), and at least what lets the prefetch queue hold the back-pressure hold's records (one full batch of float32 records per slot, or a second at max_images_per_s when more) beside the other two: a smaller budget lowers the batch. inferd --plan shows the three. Reloaded by a model swap in place, whose plan must hold the pinned buffers allocated at start (kept until a restart, whatever batch the swap carves from them) and the decode threads running since start (the decode pool is never resized): a budget too small for them is refused; librdkafka's limits stay as at start.",
         },
         {
                 .section = "memory", .name = "max_batch", .type = CFG_T_INT, .def = "256", .min = 1, .max = 4096,
@@ -269,7 +281,7 @@ const cfg_key_t cfg_keys[] = {
         {
                 .section = "decode", .name = "threads", .type = CFG_T_INT, .def = "0", .min = 0, .max = 256,
                 .reload = CFG_RELOAD_RESTART, F(decode.threads),
-                .description = "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's 10MiB is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value.",
+                .description = "JPEG/PNG/WebP decode threads, each with buffers for max_pixels charged against [memory] host_budget (inferd --plan shows them). 0: the cores minus one, capped by half of what the pinned buffers leave of host_budget, at least 1. An explicit count that does not fit beside the pinned buffers and librdkafka's floors (17MiB with one broker and the defaults) is refused at start and by --check-config. Made at start, never resized: a model swap's plan charges the threads that run, not this key's new value.",
         },
         {
                 .section = "decode", .name = "max_pixels", .type = CFG_T_INT, .def = CFG_STR(DECODE_DEFAULT_MAX_PIXELS),

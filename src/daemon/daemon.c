@@ -575,6 +575,18 @@ static int daemon_start_engine(daemon_t *d, errbuf_t *err) {
 
 /* The Kafka handles, within the plan's host budget, and the transactions
  * under exactly-once. */
+/* librdkafka's share of the host budget, as the plan set it. */
+static void daemon_log_kafka_limits(const plan_t *p) {
+        char q[32], f[32], w[32], o[32];
+
+        log_info("librdkafka: a consumer queue of %s, fetch responses of %s (%d at once, fetch.max.bytes = %s, "
+                 "decompressed up to %d:1), a producer queue of %s",
+                 units_format_size(p->kafka_queue_bytes, q, sizeof(q)),
+                 units_format_size(p->kafka_fetch_bytes, f, sizeof(f)), p->kafka_fetch_responses,
+                 units_format_size(p->kafka_fetch_wire_bytes, w, sizeof(w)), p->kafka_compression_ratio,
+                 units_format_size(p->kafka_producer_bytes, o, sizeof(o)));
+}
+
 static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
         const kafka_callbacks_t cb = {
                 .assigned = daemon_on_assigned,
@@ -589,11 +601,12 @@ static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
 
         /* What the host budget leaves after the pinned buffers and the
          * decode contexts bounds the records librdkafka may prefetch (at
-         * least KAFKA_LIMITS_MIN_BYTES: the plan kept that free). */
+         * least kafka_limits_min_bytes: the plan kept that free). */
         kafka_limits_from_plan(engine_plan_of(d->engine), &lim);
         r = kafka_new(&d->kafka, d->cfg, &lim, &cb, d, err);
         if (r < 0)
                 return r;
+        daemon_log_kafka_limits(engine_plan_of(d->engine));
         if (kafka_transactional(d->kafka)) {
                 /* Fences an earlier incarnation of this instance and aborts
                  * the transaction it left open. */

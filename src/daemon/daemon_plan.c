@@ -39,11 +39,13 @@ void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budge
         o->decode_threads_auto = decode_default_threads();
         o->decode_max_pixels = (uint64_t)c->decode.max_pixels;
         o->decode_staged = true;
-        o->host_reserve_bytes = KAFKA_LIMITS_MIN_BYTES;
+        o->host_reserve_bytes = kafka_limits_min_bytes(c);
         /* ... and more when the back-pressure hold needs it: its queue
          * holds the records left in it while the pipeline is full. */
         o->kafka_hold_us = PIPELINE_HOLD_MAX_US;
         o->kafka_hold_rate_per_s = c->batching.max_images_per_s;
+        o->kafka_fetch_responses = kafka_fetch_responses(c);
+        o->kafka_compression_ratio = c->kafka.max_compression_ratio;
 }
 
 void daemon_swap_engine_options(const cfg_t *next, int decode_threads, uint64_t decode_max_pixels,
@@ -67,10 +69,10 @@ int daemon_check_host_budget(const cfg_t *c, errbuf_t *err) {
         if (r < 0)
                 return errbuf_set(err, r, "[decode] max_pixels = %d cannot be planned", c->decode.max_pixels);
         per_thread = t.buffer_bytes + t.library_bytes;
-        r = plan_decode_fit(c->memory.host_budget_bytes, KAFKA_LIMITS_MIN_BYTES, c->decode.threads,
+        r = plan_decode_fit(c->memory.host_budget_bytes, kafka_limits_min_bytes(c), c->decode.threads,
                             decode_default_threads(), per_thread, &n, &limit);
         if (r < 0)
-                return plan_decode_refuse(err, c->memory.host_budget_bytes, 0, 0, KAFKA_LIMITS_MIN_BYTES,
+                return plan_decode_refuse(err, c->memory.host_budget_bytes, 0, 0, kafka_limits_min_bytes(c),
                                           c->decode.threads, (uint64_t)c->decode.max_pixels, per_thread);
         return 0;
 }

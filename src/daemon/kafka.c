@@ -29,8 +29,11 @@
  * always 8 bytes: a counter increment of 1). */
 static const uint64_t kafka_io_payload = 1;
 
-/* Half of what is left for the prefetch queue, a quarter for one fetch
- * response; never below what one float32 record needs. The last quarter
+/* Half of what is left for the prefetch queue, a quarter for the fetch
+ * responses, never below what one float32 record needs. fetch.max.bytes
+ * (and max.partition.fetch.bytes) is the fetch term over the responses'
+ * scale: librdkafka decompresses a response whole, from every leader at
+ * once, beyond the queue's limit (plan_kafka_fetch_scale). The last quarter
  * bounds the producer's queue, which librdkafka would otherwise let grow to
  * 1 GiB whatever the budget, e.g. while the output topic's leader is away
  * but the input is still read; when it is full, produce returns QUEUE_FULL
@@ -38,22 +41,25 @@ static const uint64_t kafka_io_payload = 1;
  * message.max.bytes (1,000,000 by default), so that the largest DLQ copy
  * always fits in an empty queue. The split is the planner's
  * (plan_kafka_split), which shows it. */
-static void kafka_limits_set(uint64_t queue, uint64_t fetch, uint64_t producer, kafka_limits_t *ret) {
+static void kafka_limits_set(uint64_t queue, uint64_t fetch_wire, uint64_t producer, kafka_limits_t *ret) {
         ret->queued_max_kbytes = queue / 1024;
-        ret->fetch_max_bytes = fetch;
-        ret->partition_fetch_max_bytes = fetch;
+        ret->fetch_max_bytes = fetch_wire;
+        ret->partition_fetch_max_bytes = fetch_wire;
         ret->producer_queue_kbytes = producer / 1024;
 }
 
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret) {
-        uint64_t q, f, p;
+        uint64_t q, f, w, p;
 
-        plan_kafka_split(bytes, 0, &q, &f, &p);
-        kafka_limits_set(q, f, p, ret);
+        plan_kafka_split(bytes, 0,
+                         plan_kafka_fetch_scale(PLAN_KAFKA_FETCH_RESPONSES_DEFAULT,
+                                                PLAN_KAFKA_COMPRESSION_RATIO_DEFAULT),
+                         &q, &f, &w, &p);
+        kafka_limits_set(q, w, p, ret);
 }
 
 void kafka_limits_from_plan(const plan_t *p, kafka_limits_t *ret) {
-        kafka_limits_set(p->kafka_queue_bytes, p->kafka_fetch_bytes, p->kafka_producer_bytes, ret);
+        kafka_limits_set(p->kafka_queue_bytes, p->kafka_fetch_wire_bytes, p->kafka_producer_bytes, ret);
 }
 
 static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, errbuf_t *err) {
@@ -257,6 +263,7 @@ static int kafka_stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opa
         }
         if (kafka_json_int(root, "rxmsgs") >= 0)
                 k->rx_msgs = kafka_json_int(root, "rxmsgs");
+        kafka_fetch_check(k, root);
         parts = json_object_get(json_object_get(json_object_get(root, "topics"), k->cfg->kafka.input_topic),
                                 "partitions");
         /* A broker the consumer is connected to again ends an outage. */
@@ -456,9 +463,10 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
                                 c->kafka.delivery == CFG_DELIVERY_EXACTLY_ONCE ? "false" : "true", err)) < 0 ||
             (r = kafka_conf_set(conf, "enable.partition.eof", "false", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0 ||
-            /* The metrics' lag; [kafka.consumer] may set another interval. */
-            (c->metrics.listen[0] &&
-             (r = kafka_conf_set(conf, "statistics.interval.ms", KAFKA_STATS_INTERVAL_MS, err)) < 0))
+            /* The metrics' lag, and the fetch responses against the plan
+             * (kafka_fetch_check); [kafka.consumer] may set another
+             * interval. */
+            (r = kafka_conf_set(conf, "statistics.interval.ms", KAFKA_STATS_INTERVAL_MS, err)) < 0)
                 goto fail;
         if ((r = kafka_conf_set_u64(conf, "queued.max.messages.kbytes", lim->queued_max_kbytes, err)) < 0 ||
             (r = kafka_conf_set_u64(conf, "fetch.max.bytes", lim->fetch_max_bytes, err)) < 0 ||
@@ -482,8 +490,9 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
                 goto fail;
-        /* Served only when statistics.interval.ms is set: by the metrics'
-         * default above or by [kafka.consumer]. */
+        /* Served every statistics.interval.ms (ours above, or
+         * [kafka.consumer]'s; 0 there turns the lag and the fetch check
+         * off). */
         rd_kafka_conf_set_stats_cb(conf, kafka_stats_cb);
         /* Not negotiable: at-least-once rests on storing offsets ourselves. */
         if ((r = kafka_conf_set(conf, "enable.auto.offset.store", "false", err)) < 0)
@@ -545,6 +554,8 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
                 return -ENOMEM;
         k->consumer_fd = k->producer_fd = -1;
         k->rx_msgs = -1;
+        k->limits = *limits;
+        kafka_fetch_say_overrides(c, limits);
         kafka_auth_init(&k->auth);
         k->cfg = c;
         k->cb = *cb;

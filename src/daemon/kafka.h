@@ -57,14 +57,20 @@ typedef struct kafka_limits {
         uint64_t producer_queue_kbytes; /* queue.buffering.max.kbytes */
 } kafka_limits_t;
 
+/* The fetch responses librdkafka may read at once: one per broker that
+ * leads an assigned partition, planned as the addresses in [kafka] brokers
+ * (at least 1). */
+int kafka_fetch_responses(const cfg_t *c);
+
 /* The least host memory librdkafka's limits take, however small the budget
- * left for them: the floors of kafka_limits_from_budget (4 MiB prefetch,
- * 2 MiB fetch, 4 MiB producer queue). The planner keeps it free of the
- * pinned buffers and the decode contexts. */
-#define KAFKA_LIMITS_MIN_BYTES PLAN_KAFKA_MIN_BYTES
+ * left for them: a 4 MiB prefetch queue, a 4 MiB producer queue, and
+ * c's fetch responses of the least fetch.max.bytes (plan_kafka_min_bytes).
+ * The planner keeps it free of the pinned buffers and the decode contexts. */
+uint64_t kafka_limits_min_bytes(const cfg_t *c);
 
 /* Derives the limits from the bytes of host memory left for Kafka
- * (plan_kafka_split, with no hold to keep). */
+ * (plan_kafka_split, with no hold to keep, for fetch responses of the
+ * planner's default shape: one broker, uncompressed records). */
 void kafka_limits_from_budget(uint64_t bytes, kafka_limits_t *ret);
 
 /* The limits a plan made (its kafka_* terms: the consumer queue holds the

@@ -1,9 +1,12 @@
 /* kafka_priv: the kafka module's own header, shared by kafka.c (the handles,
- * their callbacks, consuming and producing, the metrics' view) and
- * kafka_txn.c (exactly-once: the transactions and the rewind). Nothing else
+ * their callbacks, consuming and producing, the metrics' view),
+ * kafka_txn.c (exactly-once: the transactions and the rewind) and
+ * kafka_fetch.c (the fetch responses against the plan). Nothing else
  * includes it; the interface is kafka.h. */
 #ifndef INFERD_KAFKA_PRIV_H
 #define INFERD_KAFKA_PRIV_H
+
+#include <jansson.h>
 
 #include "daemon/kafka.h"
 #include "daemon/kafka_auth.h"
@@ -19,6 +22,14 @@ typedef struct kafka_part {
 } kafka_part_t;
 
 #define KAFKA_ERROR_KINDS_MAX 32
+
+/* What the statistics showed of the fetch responses against the plan's
+ * shape (kafka_fetch_check). */
+typedef struct kafka_fetch_seen {
+        int64_t wire_bytes;             /* the brokers' rxbytes, summed, at the last judgement (0 at start) */
+        int64_t record_bytes;           /* the input partitions' rxbytes (records, decompressed), summed */
+        bool ratio_said, leaders_said;  /* each logged once */
+} kafka_fetch_seen_t;
 
 struct kafka {
         rd_kafka_t *consumer;
@@ -52,7 +63,19 @@ struct kafka {
         bool auth_failed;               /* authentication or authorization refused, until a record flows */
         int64_t rx_msgs;                /* the consumer's rxmsgs (records fetched from the brokers) at its
                                          * last statistics; -1 before them. Logged when leaving the group */
+        kafka_limits_t limits;          /* the plan's, as set on the handles */
+        kafka_fetch_seen_t fetch_seen;  /* the fetch responses' shape measured (kafka_fetch.c) */
 };
+
+/* Compares one statistics document's fetch figures with the plan's shape
+ * (kafka_fetch.c): the ratio of the records' bytes to the bytes on the wire
+ * since the last document, and the brokers that lead the assigned input
+ * partitions; logs a warning once for each that passes the plan's. */
+void kafka_fetch_check(kafka_t *k, json_t *stats);
+
+/* Logs a warning for each line of c's [kafka.client], [kafka.consumer] and
+ * [kafka.producer] that replaces one of the plan's limits (lim). */
+void kafka_fetch_say_overrides(const cfg_t *c, const kafka_limits_t *lim);
 
 /* librdkafka's rebalance_cb (kafka.c); here so that the unit tests can
  * hand it an event that librdkafka itself never sends (a failed rebalance). */

@@ -112,6 +112,8 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->host_reserve_bytes = o->host_reserve_bytes;
         req->kafka_hold_us = o->kafka_hold_us;
         req->kafka_hold_rate_per_s = o->kafka_hold_rate_per_s;
+        req->kafka_fetch_responses = o->kafka_fetch_responses;
+        req->kafka_compression_ratio = o->kafka_compression_ratio;
         req->decode_max_pixels = o->decode_max_pixels;
         req->decode_running = o->decode_running;
         req->decode_input_bytes = o->decode_input_bytes;

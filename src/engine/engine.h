@@ -135,6 +135,8 @@ typedef struct engine_options {
         uint64_t host_reserve_bytes;    /* host budget kept free of pinned buffers and decoding (librdkafka) */
         uint64_t kafka_hold_us;         /* librdkafka's queue holds this long a hold's records (plan_request_t) */
         int kafka_hold_rate_per_s;      /* at this rate ([batching] max_images_per_s; 0: no cap) */
+        int kafka_fetch_responses;      /* librdkafka's fetch responses at once ([kafka] brokers) */
+        int kafka_compression_ratio;    /* the input's records decompress up to this ([kafka] max_compression_ratio) */
         uint64_t decode_max_pixels;     /* their image limit ([decode] max_pixels) */
         bool decode_running;            /* decode_threads and decode_max_pixels are the running pool's (a
                                          * model swap in place): see plan_request_t */

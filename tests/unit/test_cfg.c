@@ -90,6 +90,7 @@ static void test_cfg_defaults(void) {
         CU_ASSERT_FALSE(c->decode.exif_orientation);
         CU_ASSERT_EQUAL(c->kafka.delivery, CFG_DELIVERY_AT_LEAST_ONCE);
         CU_ASSERT_EQUAL(c->kafka.transaction_max_ms, 500);
+        CU_ASSERT_EQUAL(c->kafka.max_compression_ratio, 8);
         CU_ASSERT_EQUAL(c->kafka_consumer.n, 0);
         CU_ASSERT_EQUAL(c->kafka_producer.n, 0);
         CU_ASSERT_STRING_EQUAL(c->model.weights, "/var/lib/inferd/w.safetensors");
@@ -309,6 +310,8 @@ static void test_cfg_bad_values(void) {
                 { "decode", "exif_orientation", "rotate", "is not yes or no" },
                 { "kafka", "delivery", "at-most-once", "is not one of at-least-once, exactly-once" },
                 { "kafka", "transaction_max_ms", "-1", "is not in" },
+                { "kafka", "max_compression_ratio", "0", "is not in" },
+                { "kafka", "max_compression_ratio", "1001", "is not in" },
                 { "model", "weights", "", "must not be empty" },
                 { "model", "precision", "fp8", "is not one of auto, fp32, fp16, bf16" },
                 { "engine", "backend", "gpu", "is not one of auto, cpu, cuda" },
@@ -679,7 +682,7 @@ static const char *const design_keys[][2] = {
         { "service", "instance" }, { "service", "log_level" }, { "service", "top_k" },
         { "kafka", "brokers" }, { "kafka", "group_id" }, { "kafka", "input_topic" },
         { "kafka", "output_topic" }, { "kafka", "dlq_topic" }, { "kafka", "static_membership" },
-        { "kafka", "delivery" }, { "kafka", "transaction_max_ms" },
+        { "kafka", "delivery" }, { "kafka", "transaction_max_ms" }, { "kafka", "max_compression_ratio" },
         { "model", "weights" }, { "model", "labels" }, { "model", "precision" },
         { "engine", "backend" }, { "engine", "device" }, { "engine", "threads" },
         { "memory", "gpu_budget" }, { "memory", "host_budget" }, { "memory", "max_batch" },

@@ -38,6 +38,7 @@ static const struct {
         { "kafka", "static_membership", CFG_RELOAD_RESTART },
         { "kafka", "delivery", CFG_RELOAD_RESTART },
         { "kafka", "transaction_max_ms", CFG_RELOAD_RESTART },
+        { "kafka", "max_compression_ratio", CFG_RELOAD_RESTART },
         { "model", "weights", CFG_RELOAD_SWAP },
         { "model", "labels", CFG_RELOAD_SWAP },
         { "model", "precision", CFG_RELOAD_SWAP },

@@ -15,6 +15,7 @@
 #include "core/record.h"
 #include "daemon/cfg.h"
 #include "daemon/daemon.h"
+#include "daemon/kafka.h"
 #include "engine/engine.h"
 #include "unit.h"
 
@@ -25,7 +26,7 @@
  * host_budget = 320 MiB the automatic rule alone would plan at most 2 of
  * them (half of what the pinned buffers leave, 159 MiB; 1 where the cores
  * allow only 1). The swap's plan charges the 3 running: 3 x 94.9 MiB +
- * pinned + 10 MiB fits 320 MiB. In 200 MiB, where the automatic rule plans
+ * pinned + librdkafka's 17 MiB fits 320 MiB. In 200 MiB, where the automatic rule plans
  * 1 context of 1 MP, it is refused, and the sentence names the running
  * threads and the one key that can change without a restart. */
 static void test_daemon_swap_plans_running_decode_pool(void) {
@@ -108,10 +109,11 @@ static void test_daemon_swap_plans_running_decode_pool(void) {
 /* The engine's host staging (the pinned buffers on CUDA; one host block on
  * the CPU) is allocated at open for the batch of the start and kept by a
  * swap, which only carves a smaller batch from it. A running engine of
- * batch 32 holds H bytes of it (10.3 MiB). A new host budget of H + 10 MiB (librdkafka's
- * minimum) less 1 MiB would plan a smaller batch carving less than H, but H
- * is what stays allocated: refused, naming the buffers held since start
- * (and the decode thread that runs, when one does). H + 10 MiB holds them:
+ * batch 32 holds H bytes of it (10.3 MiB). A new host budget of H + K
+ * (librdkafka's minimum, kafka_limits_min_bytes) less 1 MiB would plan a
+ * smaller batch carving less than H, but H is what stays allocated:
+ * refused, naming the buffers held since start (and the decode thread
+ * that runs, when one does). H + K holds them:
  * the plan charges exactly H, at batch 8. A smaller [memory] max_batch
  * carves less and is still charged H. */
 static void test_daemon_swap_plans_held_pinned_buffers(void) {
@@ -123,7 +125,7 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
         plan_decode_terms_t t;
         errbuf_t err = {};
         char host[32];
-        uint64_t held, per, kafka_reserve;
+        uint64_t held, per, kafka_reserve, kmin;
 
         CU_ASSERT_EQUAL_FATAL(model_random(&running, 21), 0);
         CU_ASSERT_EQUAL_FATAL(model_random(&next, 22), 0);
@@ -144,9 +146,10 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
          * with their results. */
         CU_ASSERT(held > 10 * MiB && held < 11 * MiB);
 
-        /* H + 10 MiB - 1 MiB: batch 28 would carve less, but the staging
-         * of batch 32 stays allocated. */
-        c->memory.host_budget_bytes = held + 10 * MiB - 1 * MiB;
+        /* H + K - 1 MiB: batch 28 would carve less, but the staging of
+         * batch 32 stays allocated. */
+        kmin = kafka_limits_min_bytes(c);
+        c->memory.host_budget_bytes = held + kmin - 1 * MiB;
         daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
         CU_ASSERT_EQUAL(engine_swap_plan(e, next, &o, &p, &err), -ENOSPC);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "is too small for the pinned buffers allocated at start"));
@@ -156,16 +159,16 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
         /* With a decode thread running (4 MP): the sentence counts it too. */
         CU_ASSERT_EQUAL_FATAL(plan_decode_terms(4000000, 0, &t), 0);
         per = t.buffer_bytes + t.library_bytes;
-        c->memory.host_budget_bytes = held + per + 10 * MiB - 1 * MiB;
+        c->memory.host_budget_bytes = held + per + kmin - 1 * MiB;
         daemon_swap_engine_options(c, 1, 4000000, &o, host, sizeof(host));
         CU_ASSERT_EQUAL(engine_swap_plan(e, next, &o, &p, &err), -ENOSPC);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "is too small for the pinned buffers allocated at start"));
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the 1 decode thread running since start"));
 
-        /* H + 10 MiB: librdkafka's floors fit, but not the queue for the
+        /* H + K: librdkafka's floors fit, but not the queue for the
          * back-pressure hold of batch 32 (two batches of float32 records):
          * a smaller batch, whose queue fits. */
-        c->memory.host_budget_bytes = held + 10 * MiB;
+        c->memory.host_budget_bytes = held + kmin;
         daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);
         CU_ASSERT(p.max_batch < 32);
@@ -173,7 +176,7 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
 
         /* H + that queue and the other floors: swapped at batch 32, charged
          * exactly H. */
-        kafka_reserve = 64 * (uint64_t)RECORD_MAX_BYTES + PLAN_KAFKA_FETCH_MIN_BYTES + PLAN_KAFKA_PRODUCER_MIN_BYTES;
+        kafka_reserve = 64 * (uint64_t)RECORD_MAX_BYTES + kmin - PLAN_KAFKA_QUEUE_MIN_BYTES;
         c->memory.host_budget_bytes = held + kafka_reserve;
         daemon_swap_engine_options(c, 0, 0, &o, host, sizeof(host));
         CU_ASSERT_EQUAL_FATAL(engine_swap_plan(e, next, &o, &p, &err), 0);

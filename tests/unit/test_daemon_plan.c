@@ -67,7 +67,9 @@ static void test_daemon_plan_engine_options_from_config(void) {
         CU_ASSERT_EQUAL(o.decode_threads_auto, decode_default_threads());
         CU_ASSERT_EQUAL(o.decode_max_pixels, 1234567);
         CU_ASSERT_FALSE(o.decode_running);
-        CU_ASSERT_EQUAL(o.host_reserve_bytes, KAFKA_LIMITS_MIN_BYTES);
+        CU_ASSERT_EQUAL(o.host_reserve_bytes, kafka_limits_min_bytes(c));
+        CU_ASSERT_EQUAL(o.kafka_fetch_responses, kafka_fetch_responses(c));
+        CU_ASSERT_EQUAL(o.kafka_compression_ratio, c->kafka.max_compression_ratio);
         CU_ASSERT_EQUAL(o.kafka_hold_us, PIPELINE_HOLD_MAX_US);
         CU_ASSERT_EQUAL(o.kafka_hold_rate_per_s, 50);
         CU_ASSERT_EQUAL(o.device_memory_bytes, 0);

@@ -9,6 +9,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "core/plan.h"
 #include "daemon/kafka.h"
 #include "daemon/kafka_priv.h"
 #include "unit.h"
@@ -16,20 +17,173 @@
 #include "daemon/log.h"
 
 /* Every byte librdkafka may hold comes out of what the budget left: the
- * prefetch queue, one fetch response and the producer's queue together stay
- * within it once it is above the floors. */
+ * prefetch queue, the fetch responses decompressed (fetch.max.bytes times
+ * their scale: responses x (1 + ratio)) and the producer's queue together
+ * stay within it once it is above the floors. */
 static void test_kafka_limits_within_budget(void) {
         static const uint64_t budgets[] = { 64ull << 20, 256ull << 20, 2ull << 30, 40ull << 30 };
+        static const struct {
+                int responses, ratio;
+        } shapes[] = { { 1, 1 }, { 1, 8 }, { 3, 8 }, { 3, 256 } };
 
         for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
                 kafka_limits_t l;
 
                 kafka_limits_from_budget(budgets[i], &l);
-                CU_ASSERT(l.queued_max_kbytes * 1024 + l.fetch_max_bytes + l.producer_queue_kbytes * 1024 <=
+                CU_ASSERT(l.queued_max_kbytes * 1024 + 2 * l.fetch_max_bytes + l.producer_queue_kbytes * 1024 <=
                           budgets[i]);
                 CU_ASSERT(l.producer_queue_kbytes > 0);
                 CU_ASSERT(l.producer_queue_kbytes <= 1ull << 20);      /* 1 GiB at most */
+                for (size_t j = 0; j < sizeof(shapes) / sizeof(shapes[0]); j++) {
+                        uint64_t scale = plan_kafka_fetch_scale(shapes[j].responses, shapes[j].ratio);
+                        uint64_t q, f, w, p, hold = 128 * 602112ull;
+
+                        plan_kafka_split(budgets[i], hold, scale, &q, &f, &w, &p);
+                        CU_ASSERT_EQUAL(f, w * scale);
+                        CU_ASSERT(w >= PLAN_KAFKA_FETCH_WIRE_MIN_BYTES);
+                        CU_ASSERT(w <= PLAN_KAFKA_FETCH_WIRE_MAX_BYTES);
+                        CU_ASSERT(q >= hold);
+                        CU_ASSERT(p >= PLAN_KAFKA_PRODUCER_MIN_BYTES);
+                        if (budgets[i] >= hold + plan_kafka_min_bytes(shapes[j].responses, shapes[j].ratio) -
+                                                  PLAN_KAFKA_QUEUE_MIN_BYTES)
+                                CU_ASSERT(q + f + p <= budgets[i]);
+                }
         }
+}
+
+/* The fetch responses' floor: every response at least one record batch as
+ * a broker stores it (KIP-74), decompressed at the ratio. */
+static void test_kafka_limits_fetch_shape(void) {
+        uint64_t q, f, w, p;
+        cfg_t *c = NULL;
+
+        CU_ASSERT_EQUAL(plan_kafka_fetch_scale(3, 8), 27);
+        CU_ASSERT_EQUAL(plan_kafka_fetch_scale(0, 0), 2);
+        plan_kafka_split(0, 0, 27, &q, &f, &w, &p);
+        CU_ASSERT_EQUAL(w, PLAN_KAFKA_FETCH_WIRE_MIN_BYTES);
+        CU_ASSERT_EQUAL(f, 27 * PLAN_KAFKA_FETCH_WIRE_MIN_BYTES);
+        /* 1 GiB left, 3 brokers at 8:1: half of the rest to the queue, a
+         * quarter to the responses, 9.5 MiB on the wire each. */
+        plan_kafka_split(1ull << 30, 0, 27, &q, &f, &w, &p);
+        CU_ASSERT_EQUAL(q, 512ull << 20);
+        CU_ASSERT_EQUAL(w, (256ull << 20) / 27);
+        CU_ASSERT(f <= 256ull << 20 && f > 255ull << 20);
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        CU_ASSERT_EQUAL(c->kafka.max_compression_ratio, 8);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", "a:9092");
+        CU_ASSERT_EQUAL(kafka_fetch_responses(c), 1);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", "a:9092,b:9092, c:9092");
+        CU_ASSERT_EQUAL(kafka_fetch_responses(c), 3);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", "a:9092,, ,b:9092,");
+        CU_ASSERT_EQUAL(kafka_fetch_responses(c), 2);
+        CU_ASSERT_EQUAL(kafka_limits_min_bytes(c), PLAN_KAFKA_QUEUE_MIN_BYTES + 18 * PLAN_KAFKA_FETCH_WIRE_MIN_BYTES +
+                                                           PLAN_KAFKA_PRODUCER_MIN_BYTES);
+        cfg_free(c);
+}
+
+/* kafka_fetch_check on librdkafka's statistics: the records' bytes over the
+ * bytes on the wire, judged over at least 1 MiB of the wire, against
+ * [kafka] max_compression_ratio; and the brokers leading the partitions
+ * assigned here against the addresses in [kafka] brokers. Each is said
+ * once. */
+static void test_kafka_fetch_check(void) {
+        static const char *doc =
+                "{\"brokers\":{"
+                "\"a:9092/1\":{\"nodeid\":1,\"rxbytes\":%lld,\"toppars\":{\"in-0\":{\"topic\":\"in\",\"partition\":0}}},"
+                "\"b:9092/2\":{\"nodeid\":2,\"rxbytes\":1000,\"toppars\":{\"in-1\":{\"topic\":\"in\",\"partition\":%d}}},"
+                "\"a:9092/bootstrap\":{\"nodeid\":-1,\"rxbytes\":500,\"toppars\":{}}},"
+                "\"topics\":{\"in\":{\"partitions\":{"
+                "\"0\":{\"partition\":0,\"rxbytes\":%lld},\"-1\":{\"partition\":-1,\"rxbytes\":999999999}}}}}";
+        kafka_part_t parts[2] = { { .partition = 0, .assigned = true }, { .partition = 1, .assigned = true } };
+        kafka_t k = { .parts = parts, .n_parts = 2 };
+        cfg_t *c = NULL;
+        char buf[1024], *text = NULL;
+        size_t len = 0;
+        json_t *j;
+        FILE *f;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", "a:9092,b:9092");
+        snprintf(c->kafka.input_topic, sizeof(c->kafka.input_topic), "%s", "in");
+        k.cfg = c;
+        k.limits.fetch_max_bytes = 4 << 20;
+
+#define FETCH_CHECK(wire, other_part, records)                                                   \
+        do {                                                                                     \
+                snprintf(buf, sizeof(buf), doc, (long long)(wire), (other_part), (long long)(records)); \
+                j = json_loads(buf, 0, NULL);                                                    \
+                CU_ASSERT_FATAL(j != NULL);                                                      \
+                kafka_fetch_check(&k, j);                                                        \
+                json_decref(j);                                                                  \
+        } while (0)
+        /* From the start: 20:1 over 512 KiB is not judged yet; 8:1 over the
+         * first 4 MiB is within the plan. */
+        FETCH_CHECK(512 << 10, 1, 10 << 20);
+        CU_ASSERT_FALSE(k.fetch_seen.ratio_said);
+        FETCH_CHECK(4 << 20, 1, 32 << 20);
+        CU_ASSERT_FALSE(k.fetch_seen.ratio_said);
+        /* 20:1 over the next 4 MiB: said, with what two responses of
+         * 4 MiB may then take (168 MiB) against the plan's 2 x 9 x 4. */
+        f = open_memstream(&text, &len);
+        CU_ASSERT_FATAL(f != NULL);
+        log_set_stream(f);
+        FETCH_CHECK(8 << 20, 1, 112 << 20);
+        log_set_stream(NULL);
+        fclose(f);
+        CU_ASSERT_TRUE(k.fetch_seen.ratio_said);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "arrive compressed 20:1, past [kafka] max_compression_ratio = 8"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "may take 168.0 MiB where the plan counts 72.0 MiB"));
+        free(text);
+        /* Two leaders for two addresses: within the plan; three leaders
+         * (partition 1 on a third broker is another toppar here, so the
+         * test makes brokers list one address): said. */
+        CU_ASSERT_FALSE(k.fetch_seen.leaders_said);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "%s", "a:9092");
+        FETCH_CHECK(9 << 20, 5, 120 << 20);     /* b leads partition 5, not assigned here */
+        CU_ASSERT_FALSE(k.fetch_seen.leaders_said);
+        FETCH_CHECK(9 << 20, 1, 120 << 20);
+        CU_ASSERT_TRUE(k.fetch_seen.leaders_said);
+#undef FETCH_CHECK
+        cfg_free(c);
+}
+
+/* A [kafka.consumer] or [kafka.client] line that replaces one of the plan's
+ * limits is said at start, with the plan's value; other lines are not. */
+static void test_kafka_overrides_said(void) {
+        cfg_kv_t consumer[] = { { .name = "fetch.max.bytes", .value = "50000000" },
+                                { .name = "statistics.interval.ms", .value = "100" } };
+        cfg_kv_t client[] = { { .name = "queue.buffering.max.kbytes", .value = "2097151" } };
+        kafka_limits_t l = { .queued_max_kbytes = 1000, .fetch_max_bytes = 1048588,
+                             .partition_fetch_max_bytes = 1048588, .producer_queue_kbytes = 4096 };
+        cfg_t *c = NULL;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        c->kafka_consumer.items = consumer;
+        c->kafka_consumer.n = 2;
+        c->kafka_client.items = client;
+        c->kafka_client.n = 1;
+        f = open_memstream(&text, &len);
+        CU_ASSERT_FATAL(f != NULL);
+        log_set_stream(f);
+        kafka_fetch_say_overrides(c, &l);
+        log_set_stream(NULL);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "[kafka.consumer] fetch.max.bytes = 50000000 replaces the memory plan's "
+                                            "1048588"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "[kafka.client] queue.buffering.max.kbytes = 2097151 replaces the memory "
+                                            "plan's 4096"));
+        CU_ASSERT_PTR_NULL(strstr(text, "statistics.interval.ms"));
+        CU_ASSERT_PTR_NULL(strstr(text, "max.partition.fetch.bytes"));
+        free(text);
+        c->kafka_consumer.items = NULL;
+        c->kafka_consumer.n = 0;
+        c->kafka_client.items = NULL;
+        c->kafka_client.n = 0;
+        cfg_free(c);
 }
 
 /* A budget with nothing left still gets queues that hold the largest
@@ -301,6 +455,9 @@ static void test_kafka_txn_commit_calls_waiting(void) {
 int test_kafka_register(void) {
         static CU_TestInfo tests[] = {
                 { "limits_within_budget", test_kafka_limits_within_budget },
+                { "limits_fetch_shape", test_kafka_limits_fetch_shape },
+                { "fetch_check", test_kafka_fetch_check },
+                { "overrides_said", test_kafka_overrides_said },
                 { "limits_floors", test_kafka_limits_floors },
                 { "producer_queue_capped", test_kafka_producer_queue_capped },
                 { "txn_init_bounded", test_kafka_txn_init_bounded },

@@ -575,7 +575,7 @@ static void test_plan_kafka_queue_holds_the_hold(void) {
         plan_request_cpu(&req, (uint64_t)8 << 30);
         req.max_batch = 64;
         req.host_budget_bytes = (uint64_t)2 << 30;
-        req.host_reserve_bytes = PLAN_KAFKA_MIN_BYTES;
+        req.host_reserve_bytes = plan_kafka_min_bytes(1, 1);
         CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &free_plan, &err), 0);
         CU_ASSERT_EQUAL(free_plan.kafka_hold_records, 0);
 
@@ -586,13 +586,13 @@ static void test_plan_kafka_queue_holds_the_hold(void) {
         CU_ASSERT_EQUAL(p.kafka_hold_bytes, 128 * (uint64_t)RECORD_MAX_BYTES);
         CU_ASSERT(p.kafka_queue_bytes >= p.kafka_hold_bytes);
         CU_ASSERT(p.kafka_queue_bytes + p.kafka_fetch_bytes + p.kafka_producer_bytes <= p.host_rest_bytes);
-        CU_ASSERT_EQUAL(p.host_reserve_bytes, p.kafka_hold_bytes + PLAN_KAFKA_FETCH_MIN_BYTES +
+        CU_ASSERT_EQUAL(p.host_reserve_bytes, p.kafka_hold_bytes + plan_kafka_fetch_min_bytes(1, 1) +
                                                       PLAN_KAFKA_PRODUCER_MIN_BYTES);
 
         /* A host budget of batch 64's pinned buffers and librdkafka's
          * floors: without the hold batch 64 fits, with it the batch goes
          * down until the queue holds two of its batches beside them. */
-        req.host_budget_bytes = free_plan.pinned_host_bytes + PLAN_KAFKA_MIN_BYTES;
+        req.host_budget_bytes = free_plan.pinned_host_bytes + plan_kafka_min_bytes(1, 1);
         req.kafka_hold_us = 0;
         CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
         CU_ASSERT_EQUAL(p.max_batch, 64);
