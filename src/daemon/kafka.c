@@ -234,7 +234,7 @@ static void kafka_parts_assigned(kafka_t *k, const rd_kafka_topic_partition_list
         }
 }
 
-static int64_t kafka_json_int(json_t *o, const char *key) {
+int64_t kafka_json_int(json_t *o, const char *key) {
         json_t *v = json_object_get(o, key);
 
         return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;

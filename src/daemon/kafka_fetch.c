@@ -44,12 +44,6 @@ uint64_t kafka_limits_min_bytes(const cfg_t *c) {
         return plan_kafka_min_bytes(kafka_fetch_responses(c), c->kafka.max_compression_ratio);
 }
 
-static int64_t kafka_fetch_int(json_t *o, const char *key) {
-        json_t *v = json_object_get(o, key);
-
-        return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 /* Does broker b (a statistics "brokers" entry) lead an input partition
  * assigned here? */
 static bool kafka_fetch_leads(kafka_t *k, json_t *b) {
@@ -58,7 +52,7 @@ static bool kafka_fetch_leads(kafka_t *k, json_t *b) {
 
         json_object_foreach(json_object_get(b, "toppars"), key, tp) {
                 json_t *topic = json_object_get(tp, "topic");
-                int64_t id = kafka_fetch_int(tp, "partition");
+                int64_t id = kafka_json_int(tp, "partition");
                 bool assigned = false;
                 size_t i;
 
@@ -101,16 +95,16 @@ void kafka_fetch_check(kafka_t *k, json_t *stats) {
         int leaders = 0;
 
         json_object_foreach(json_object_get(stats, "brokers"), key, v) {
-                if (kafka_fetch_int(v, "rxbytes") > 0)
-                        wire += kafka_fetch_int(v, "rxbytes");
-                if (kafka_fetch_int(v, "nodeid") >= 0 && kafka_fetch_leads(k, v))
+                if (kafka_json_int(v, "rxbytes") > 0)
+                        wire += kafka_json_int(v, "rxbytes");
+                if (kafka_json_int(v, "nodeid") >= 0 && kafka_fetch_leads(k, v))
                         leaders++;
         }
         parts = json_object_get(json_object_get(json_object_get(stats, "topics"), k->cfg->kafka.input_topic),
                                 "partitions");
         json_object_foreach(parts, key, v)
-                if (kafka_fetch_int(v, "partition") >= 0 && kafka_fetch_int(v, "rxbytes") > 0)
-                        records += kafka_fetch_int(v, "rxbytes");
+                if (kafka_json_int(v, "partition") >= 0 && kafka_json_int(v, "rxbytes") > 0)
+                        records += kafka_json_int(v, "rxbytes");
 
         /* From the handle's start (both counters start at 0): the first
          * document may come after a whole backlog was fetched. */

@@ -67,6 +67,9 @@ struct kafka {
         kafka_fetch_seen_t fetch_seen;  /* the fetch responses' shape measured (kafka_fetch.c) */
 };
 
+/* The integer at key in a statistics object; -1 when it is not one. */
+int64_t kafka_json_int(json_t *o, const char *key);
+
 /* Compares one statistics document's fetch figures with the plan's shape
  * (kafka_fetch.c): the ratio of the records' bytes to the bytes on the wire
  * since the last document, and the brokers that lead the assigned input
