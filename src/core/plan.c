@@ -86,14 +86,47 @@ uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MOD
         return off;
 }
 
+int plan_residual_in_place(const model_t *m, int op_index) {
+        const model_op_t *op = &m->ops[op_index];
+
+        if (op->kind != MODEL_OP_CONV || op->residual < 0 || op->residual == op->in)
+                return 0;
+        assert(m->tensors[op->residual].elems == m->tensors[op->out].elems);
+        /* Read by no later op (another branch): its bytes are free to take. */
+        return m->tensors[op->residual].last_use == op_index;
+}
+
 /* Greedy placement by liveness: tensors in decreasing size, each at the
  * lowest aligned offset that does not collide with an already placed tensor
  * whose lifetime [producer, last_use] overlaps its own. Lifetimes are
- * inclusive at both ends, so an op's inputs and output never share bytes. */
-size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]) {
-        int order[MODEL_MAX_TENSORS], placed[MODEL_MAX_TENSORS], n_placed = 0;
+ * inclusive at both ends, so an op's inputs and output never share bytes,
+ * except where residual_in_place joins a conv's output to its residual
+ * input (plan_residual_in_place): the two are then placed as one tensor
+ * living from the residual's producer to the output's last use, and a
+ * stage's chain of blocks becomes one such tensor. */
+size_t plan_place_tensors(const model_t *m, bool residual_in_place, size_t offsets[MODEL_MAX_TENSORS]) {
+        int order[MODEL_MAX_TENSORS], placed[MODEL_MAX_TENSORS], root[MODEL_MAX_TENSORS], n_placed = 0;
+        int first[MODEL_MAX_TENSORS], last[MODEL_MAX_TENSORS];  /* a root's lifetime: all its tensors' */
         size_t arena = 0;
 
+        for (int i = 0; i < m->n_tensors; i++) {
+                root[i] = i;
+                first[i] = m->tensors[i].producer;
+                last[i] = m->tensors[i].last_use;
+        }
+        /* In table order, so that a chain's later output finds its
+         * residual's root already joined. */
+        for (int i = 0; residual_in_place && i < m->n_ops; i++) {
+                int out = m->ops[i].out, r;
+
+                if (!plan_residual_in_place(m, i))
+                        continue;
+                r = root[m->ops[i].residual];
+                assert(root[out] == out);
+                root[out] = r;
+                if (m->tensors[out].last_use > last[r])
+                        last[r] = m->tensors[out].last_use;
+        }
         for (int i = 0; i < m->n_tensors; i++)
                 order[i] = i;
         for (int i = 1; i < m->n_tensors; i++)         /* insertion sort: size desc, then id */
@@ -103,17 +136,19 @@ size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]) {
                         order[j - 1] = t;
                 }
         for (int i = 0; i < m->n_tensors; i++) {
-                const model_tensor_t *t = &m->tensors[order[i]];
-                size_t size = plan_align(t->elems, PLAN_TENSOR_ALIGN_ELEMS), off = 0;
+                int t = order[i];
+                size_t size = plan_align(m->tensors[t].elems, PLAN_TENSOR_ALIGN_ELEMS), off = 0;
                 int moved = 1;
 
+                if (root[t] != t)
+                        continue;       /* placed with its root, below */
                 while (moved) {
                         moved = 0;
                         for (int k = 0; k < n_placed; k++) {
-                                const model_tensor_t *u = &m->tensors[placed[k]];
-                                size_t uo = offsets[placed[k]], us = plan_align(u->elems, PLAN_TENSOR_ALIGN_ELEMS);
+                                int u = placed[k];
+                                size_t uo = offsets[u], us = plan_align(m->tensors[u].elems, PLAN_TENSOR_ALIGN_ELEMS);
 
-                                if (t->last_use < u->producer || u->last_use < t->producer)
+                                if (last[t] < first[u] || last[u] < first[t])
                                         continue;       /* lifetimes disjoint */
                                 if (off + size <= uo || uo + us <= off)
                                         continue;       /* bytes disjoint */
@@ -121,11 +156,13 @@ size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]) {
                                 moved = 1;
                         }
                 }
-                offsets[order[i]] = off;
-                placed[n_placed++] = order[i];
+                offsets[t] = off;
+                placed[n_placed++] = t;
                 if (off + size > arena)
                         arena = off + size;
         }
+        for (int i = 0; i < m->n_tensors; i++)
+                offsets[i] = offsets[root[i]];
         return arena;
 }
 
@@ -333,12 +370,12 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
          * precision (its terms add the reordered copy: bf16 in bf16). */
         p->weights_bytes = plan_weight_layout(m, req->backend == BACKEND_CPU ? PRECISION_FP32 : req->precision,
                                               NULL, NULL);
-        p->arena_elems_per_sample = plan_place_tensors(m, p->tensor_offset);
-        p->activation_bytes_per_sample = p->arena_elems_per_sample * precision_bytes(req->precision);
-        p->activation_bytes = p->activation_bytes_per_sample * (uint64_t)batch;
         r = req->terms(m, req, batch, &p->engine);
         if (r < 0)
                 return r;
+        p->arena_elems_per_sample = plan_place_tensors(m, p->engine.residual_in_place, p->tensor_offset);
+        p->activation_bytes_per_sample = p->arena_elems_per_sample * precision_bytes(req->precision);
+        p->activation_bytes = p->activation_bytes_per_sample * (uint64_t)batch;
         p->weights_bytes += p->engine.weights_copy_bytes;
         p->operand_batch_cap = plan_operand_cap(p->engine.gemm_operand_elems_per_sample);
         p->limit = PLAN_LIMIT_MAX_BATCH;

@@ -77,6 +77,11 @@ typedef struct plan_engine_terms {
          * blocks (the CPU engine's weights reordered for oneDNN): part of
          * the plan's weights term. */
         uint64_t weights_copy_bytes;
+        /* The engine writes a residual conv's output over its residual
+         * input where that input dies there (plan_residual_in_place; the
+         * CPU engine's oneDNN convs, whose sum post-op reads the output):
+         * the planner places the two at one offset. */
+        bool residual_in_place;
 } plan_engine_terms_t;
 
 /* The host buffers of one decode context (src/decode carves them from these
@@ -329,8 +334,16 @@ typedef struct plan {
 } plan_t;
 
 /* Places every activation tensor of m by liveness. Returns the per-sample
- * arena size in elements; offsets[] receives each tensor's element offset. */
-size_t plan_place_tensors(const model_t *m, size_t offsets[MODEL_MAX_TENSORS]);
+ * arena size in elements; offsets[] receives each tensor's element offset.
+ * With residual_in_place, each op that plan_residual_in_place names has its
+ * output at its residual input's offset; without, no two tensors live at
+ * once share bytes (the CUDA engine's layout). */
+size_t plan_place_tensors(const model_t *m, bool residual_in_place, size_t offsets[MODEL_MAX_TENSORS]);
+
+/* Whether op op_index of m is a conv whose residual input is read by no
+ * later op and is not its own input, so that its output may take the
+ * residual's bytes. */
+int plan_residual_in_place(const model_t *m, int op_index);
 
 /* Alignment, in elements, of every activation tensor's per-sample offset,
  * and in bytes of every weight and bias block: vector loads and cuBLASLt

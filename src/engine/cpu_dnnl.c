@@ -23,8 +23,20 @@ enum { CPU_DNNL_SRC, CPU_DNNL_DST, CPU_DNNL_RES, CPU_DNNL_SCRATCH, CPU_DNNL_MEMS
 
 typedef struct cpu_dnnl_prim {
         dnnl_primitive_t prim;
-        dnnl_memory_t mem[CPU_DNNL_MEMS];       /* RES: NULL without a residual */
+        dnnl_memory_t mem[CPU_DNNL_MEMS];       /* RES: NULL but for CPU_DNNL_RES_BINARY */
 } cpu_dnnl_prim_t;
+
+/* How a conv adds its residual. */
+typedef enum cpu_dnnl_res {
+        CPU_DNNL_RES_NONE,
+        /* A binary add post-op reading the residual tensor: oneDNN 2.6 runs
+         * a 1x1 conv with it on its older jit_1x1 kernel. */
+        CPU_DNNL_RES_BINARY,
+        /* The plan put the output over the residual (plan_place_tensors'
+         * residual_in_place): a sum post-op adds what the output holds,
+         * which brgconv_1x1 runs, with no copy. */
+        CPU_DNNL_RES_SUM,
+} cpu_dnnl_res_t;
 
 /* One op of the model table that oneDNN runs: a conv or the max pool. */
 typedef struct cpu_dnnl_layer {
@@ -34,7 +46,7 @@ typedef struct cpu_dnnl_layer {
         void *weights;          /* conv: reordered into w_md, within cpu_dnnl's one weights block */
         dnnl_memory_t w_mem, b_mem;     /* conv; b_mem: the model's folded fp32 bias, not copied */
         size_t in_elems, out_elems;     /* per sample */
-        int has_residual;
+        cpu_dnnl_res_t res;
         cpu_dnnl_prim_t *by_bucket;     /* (n_buckets) */
 } cpu_dnnl_layer_t;
 
@@ -92,6 +104,13 @@ static dnnl_data_type_t cpu_dnnl_dt(precision_t p) {
         return p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f32;
 }
 
+/* How op adds its residual in a plan whose tensors are at tensor_offset. */
+static cpu_dnnl_res_t cpu_dnnl_res(const model_op_t *op, const size_t tensor_offset[MODEL_MAX_TENSORS]) {
+        if (op->kind != MODEL_OP_CONV || op->residual < 0)
+                return CPU_DNNL_RES_NONE;
+        return tensor_offset[op->out] == tensor_offset[op->residual] ? CPU_DNNL_RES_SUM : CPU_DNNL_RES_BINARY;
+}
+
 static void cpu_dnnl_md(dnnl_memory_desc_t *md, dnnl_data_type_t dt, int n, int c, int h, int w) {
         dnnl_dims_t dims = { n, c, h, w };
 
@@ -109,11 +128,12 @@ static void cpu_dnnl_conv_mds(const model_op_t *op, dnnl_data_type_t dt, dnnl_fo
 }
 
 /* conv op's operation descriptor and attributes at batch n: NHWC
- * activations of type dt, bias, then the residual (binary add) and the ReLU
- * as post-ops. w_md NULL lets oneDNN choose the weights' layout. */
+ * activations of type dt, bias, then the residual (res: a binary add or a
+ * sum) and the ReLU as post-ops. w_md NULL lets oneDNN choose the weights'
+ * layout. */
 static dnnl_status_t cpu_dnnl_conv_desc(const model_op_t *op, dnnl_data_type_t dt, int n,
-                                        const dnnl_memory_desc_t *w_md, dnnl_convolution_desc_t *cd,
-                                        dnnl_primitive_attr_t attr) {
+                                        const dnnl_memory_desc_t *w_md, cpu_dnnl_res_t res,
+                                        dnnl_convolution_desc_t *cd, dnnl_primitive_attr_t attr) {
         dnnl_memory_desc_t src, dst, wt, bias;
         dnnl_dims_t strides = { op->stride, op->stride }, pad = { op->pad, op->pad };
         dnnl_post_ops_t po = NULL;
@@ -128,8 +148,10 @@ static dnnl_status_t cpu_dnnl_conv_desc(const model_op_t *op, dnnl_data_type_t d
                                                &bias, &dst, strides, pad, pad);
         if (s == dnnl_success)
                 s = dnnl_post_ops_create(&po);
-        if (s == dnnl_success && op->residual >= 0)
+        if (s == dnnl_success && res == CPU_DNNL_RES_BINARY)
                 s = dnnl_post_ops_append_binary(po, dnnl_binary_add, &dst);
+        if (s == dnnl_success && res == CPU_DNNL_RES_SUM)
+                s = dnnl_post_ops_append_sum(po, 1.0f);
         /* A ReLU that keeps a NaN, as torch.relu and cpu_ops do (an
          * overflow must reach the logits to be marked): oneDNN's relu with
          * alpha 0 is max(x, 0), which takes a NaN to 0; with a non-zero
@@ -164,9 +186,9 @@ static int cpu_dnnl_check_impl(const_dnnl_primitive_desc_t pd, const model_op_t 
 }
 
 /* The primitive descriptor of op (a conv or a max pool) at batch n in type
- * dt, scratchpad in user mode. w_md: as cpu_dnnl_conv_desc. */
+ * dt, scratchpad in user mode. w_md, res: as cpu_dnnl_conv_desc. */
 static int cpu_dnnl_pd(const model_op_t *op, dnnl_data_type_t dt, int n, const dnnl_memory_desc_t *w_md,
-                       dnnl_primitive_desc_t *ret, errbuf_t *err) {
+                       cpu_dnnl_res_t res, dnnl_primitive_desc_t *ret, errbuf_t *err) {
         dnnl_convolution_desc_t cd;
         dnnl_pooling_desc_t pool;
         dnnl_primitive_attr_t attr = NULL;
@@ -181,7 +203,7 @@ static int cpu_dnnl_pd(const model_op_t *op, dnnl_data_type_t dt, int n, const d
         if (s == dnnl_success)
                 s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
         if (s == dnnl_success && op->kind == MODEL_OP_CONV) {
-                s = cpu_dnnl_conv_desc(op, dt, n, w_md, &cd, attr);
+                s = cpu_dnnl_conv_desc(op, dt, n, w_md, res, &cd, attr);
                 if (s == dnnl_success)
                         s = dnnl_primitive_desc_create(ret, &cd, attr, eng, NULL);
         } else if (s == dnnl_success) {
@@ -213,8 +235,8 @@ static size_t cpu_dnnl_align(size_t v) {
         return (v + CPU_DNNL_ALIGN - 1) / CPU_DNNL_ALIGN * CPU_DNNL_ALIGN;
 }
 
-int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, size_t *ret_scratch_bytes,
-                   size_t *ret_weights_bytes, errbuf_t *err) {
+int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t tensor_offset[MODEL_MAX_TENSORS],
+                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, errbuf_t *err) {
         int buckets[ENGINE_CUDA_MAX_BUCKETS], n_buckets = engine_cuda_buckets(max_batch, buckets);
         size_t scratch = 0, weights = 0;
 
@@ -231,7 +253,8 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, size_t *ret_s
                         int largest = b == n_buckets - 1;
                         dnnl_primitive_desc_t pd;
                         size_t sp;
-                        int r = cpu_dnnl_pd(op, cpu_dnnl_dt(p), buckets[b], largest ? NULL : &w_md, &pd, err);
+                        int r = cpu_dnnl_pd(op, cpu_dnnl_dt(p), buckets[b], largest ? NULL : &w_md,
+                                            cpu_dnnl_res(op, tensor_offset), &pd, err);
 
                         if (r < 0)
                                 return r;
@@ -305,7 +328,7 @@ static int cpu_dnnl_prim_make(cpu_dnnl_t *d, cpu_dnnl_prim_t *p, const cpu_dnnl_
         r = cpu_dnnl_engine_get(&eng, err);
         if (r < 0)
                 return r;
-        r = cpu_dnnl_pd(op, d->dt, n, w_md, &pd, err);
+        r = cpu_dnnl_pd(op, d->dt, n, w_md, l->res, &pd, err);
         if (r < 0)
                 return r;
         if (w_md && !dnnl_memory_desc_equal(w_md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0))) {
@@ -315,7 +338,7 @@ static int cpu_dnnl_prim_make(cpu_dnnl_t *d, cpu_dnnl_prim_t *p, const cpu_dnnl_
         }
         s = dnnl_primitive_create(&p->prim, pd);
         for (int i = 0; i < CPU_DNNL_MEMS && s == dnnl_success; i++)
-                if (i != CPU_DNNL_RES || l->has_residual)
+                if (i != CPU_DNNL_RES || l->res == CPU_DNNL_RES_BINARY)
                         s = dnnl_memory_create(&p->mem[i], dnnl_primitive_desc_query_md(pd, q[i], 0), eng,
                                                DNNL_MEMORY_NONE);
         dnnl_primitive_desc_destroy(pd);
@@ -324,9 +347,10 @@ static int cpu_dnnl_prim_make(cpu_dnnl_t *d, cpu_dnnl_prim_t *p, const cpu_dnnl_
         return 0;
 }
 
-/* Layer l for op op_index; a conv's weights' layout (the largest bucket's
- * choice), whose size cpu_dnnl_new adds up. */
-static int cpu_dnnl_layer_init(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, const model_t *m, int op_index, errbuf_t *err) {
+/* Layer l for op op_index, its tensors at tensor_offset; a conv's weights'
+ * layout (the largest bucket's choice), whose size cpu_dnnl_new adds up. */
+static int cpu_dnnl_layer_init(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, const model_t *m, int op_index,
+                               const size_t tensor_offset[MODEL_MAX_TENSORS], errbuf_t *err) {
         const model_op_t *op = &m->ops[op_index];
         dnnl_primitive_desc_t pd;
         int r;
@@ -335,10 +359,10 @@ static int cpu_dnnl_layer_init(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, const model_t
         l->kind = op->kind;
         l->in_elems = m->tensors[op->in].elems;
         l->out_elems = m->tensors[op->out].elems;
-        l->has_residual = op->kind == MODEL_OP_CONV && op->residual >= 0;
+        l->res = cpu_dnnl_res(op, tensor_offset);
         if (op->kind != MODEL_OP_CONV)
                 return 0;
-        r = cpu_dnnl_pd(op, d->dt, d->buckets[d->n_buckets - 1], NULL, &pd, err);
+        r = cpu_dnnl_pd(op, d->dt, d->buckets[d->n_buckets - 1], NULL, l->res, &pd, err);
         if (r < 0)
                 return r;
         l->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -392,8 +416,8 @@ void cpu_dnnl_free(cpu_dnnl_t *d) {
 
 /* d's layers: every op that oneDNN runs in d's precision, and the sum of
  * the convs' reordered weights' sizes. */
-static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p, size_t *weights_bytes,
-                                errbuf_t *err) {
+static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p,
+                                const size_t tensor_offset[MODEL_MAX_TENSORS], size_t *weights_bytes, errbuf_t *err) {
         d->layers = calloc((size_t)m->n_ops, sizeof(*d->layers));
         d->layer_of_op = calloc(MODEL_MAX_OPS, sizeof(int));
         if (!d->layers || !d->layer_of_op)
@@ -407,7 +431,7 @@ static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p, 
                 if (!cpu_dnnl_runs(p, m->ops[i].kind))
                         continue;
                 d->layer_of_op[i] = d->n_layers++;
-                r = cpu_dnnl_layer_init(d, l, m, i, err);
+                r = cpu_dnnl_layer_init(d, l, m, i, tensor_offset, err);
                 if (r < 0)
                         return r;
                 if (l->kind == MODEL_OP_CONV)
@@ -416,7 +440,8 @@ static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p, 
         return 0;
 }
 
-int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p, errbuf_t *err) {
+int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p,
+                 const size_t tensor_offset[MODEL_MAX_TENSORS], errbuf_t *err) {
         cpu_dnnl_t *d;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
@@ -445,7 +470,7 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t 
                 r = errbuf_set(err, -EIO, "oneDNN cannot create a stream: %s", dnnl_status2str(s));
                 goto fail;
         }
-        r = cpu_dnnl_layers_init(d, m, p, &weights_bytes, err);
+        r = cpu_dnnl_layers_init(d, m, p, tensor_offset, &weights_bytes, err);
         if (r < 0)
                 goto fail;
         if (posix_memalign(&d->weights, CPU_DNNL_ALIGN, weights_bytes ? weights_bytes : CPU_DNNL_ALIGN)) {
@@ -482,7 +507,7 @@ static dnnl_status_t cpu_dnnl_run(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, cpu_dnnl_p
                 { DNNL_ARG_BIAS, l->b_mem },
                 { DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, p->mem[CPU_DNNL_RES] },
         };
-        int nargs = l->kind != MODEL_OP_CONV ? 3 : l->has_residual ? 6 : 5;
+        int nargs = l->kind != MODEL_OP_CONV ? 3 : l->res == CPU_DNNL_RES_BINARY ? 6 : 5;
         dnnl_status_t s;
 
         /* The handles are the caller's buffers; oneDNN keeps no copy. */
@@ -491,7 +516,7 @@ static dnnl_status_t cpu_dnnl_run(cpu_dnnl_t *d, cpu_dnnl_layer_t *l, cpu_dnnl_p
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_DST], out);
         if (s == dnnl_success)
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_SCRATCH], scratch);
-        if (s == dnnl_success && l->has_residual)
+        if (s == dnnl_success && l->res == CPU_DNNL_RES_BINARY)
                 s = dnnl_memory_set_data_handle(p->mem[CPU_DNNL_RES], (void *)residual);
         if (s == dnnl_success)
                 s = dnnl_primitive_execute(p->prim, d->stream, nargs, conv);
@@ -502,6 +527,9 @@ int cpu_dnnl_op(cpu_dnnl_t *d, int op_index, int n, const void *in, const void *
                 void *scratch) {
         cpu_dnnl_layer_t *l = &d->layers[d->layer_of_op[op_index]];
         int done = 0;
+
+        /* The sum post-op adds what out holds: the plan put it over the residual. */
+        assert(l->res != CPU_DNNL_RES_SUM || residual == out);
 
         /* n as the largest buckets that fit: 7 of max 8 is 4 + 2 + 1. */
         while (done < n) {

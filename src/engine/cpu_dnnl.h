@@ -8,8 +8,11 @@
  * engine's precision; bf16 accumulates in fp32 inside oneDNN's kernels). The
  * global average pool, the fc and the head are cpu_ops', shared with the
  * reference (in bf16 the engine widens the pool's input). The bias (fp32),
- * the residual add (a binary post-op reading the residual tensor) and the
- * ReLU are fused into each convolution.
+ * the residual add and the ReLU are fused into each convolution. Where the
+ * plan put a conv's output over its residual input (plan_place_tensors'
+ * residual_in_place, which the engine asks for), the add is a sum post-op
+ * that reads the output's bytes, which oneDNN 2.6 runs on its faster 1x1
+ * kernel (brgconv_1x1); elsewhere a binary post-op reads the residual.
  *
  * Memory: the folded weights are reordered once, at open, into the layout
  * and type the primitives chose (blocks of this module, counted by the
@@ -38,17 +41,20 @@ typedef struct cpu_dnnl cpu_dnnl_t;
  * the convs and the max pool. The engine runs the others. */
 int cpu_dnnl_runs(precision_t p, model_op_kind_t kind);
 
-/* What cpu_dnnl_new would hold for m at max_batch in precision p, without
- * weights: the largest scratchpad of any primitive and the reordered
- * weights' bytes. -EOPNOTSUPP (with the sentence) where oneDNN has no real
- * kernel for a layer in p. */
-int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, size_t *ret_scratch_bytes,
-                   size_t *ret_weights_bytes, errbuf_t *err);
+/* What cpu_dnnl_new would hold for m at max_batch in precision p with its
+ * tensors at tensor_offset (a plan's), without weights: the largest
+ * scratchpad of any primitive and the reordered weights' bytes.
+ * -EOPNOTSUPP (with the sentence) where oneDNN has no real kernel for a
+ * layer in p. */
+int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t tensor_offset[MODEL_MAX_TENSORS],
+                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, errbuf_t *err);
 
 /* Creates the primitives of every layer of m and bucket of max_batch in
- * precision p (fp32 or bf16) and reorders m's weights (which must be
- * loaded) into blocks of its own. */
-int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p, errbuf_t *err);
+ * precision p (fp32 or bf16), for activations placed at tensor_offset (the
+ * plan's: a conv whose output is at its residual's offset adds it as a sum),
+ * and reorders m's weights (which must be loaded) into blocks of its own. */
+int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p,
+                 const size_t tensor_offset[MODEL_MAX_TENSORS], errbuf_t *err);
 
 /* NULL is a no-op. */
 void cpu_dnnl_free(cpu_dnnl_t *d);
@@ -56,7 +62,8 @@ void cpu_dnnl_free(cpu_dnnl_t *d);
 /* Runs op op_index of the model (cpu_dnnl_runs says which) over n
  * (1..max_batch) samples. A conv: out = relu?(conv(in) + bias + residual),
  * in (n, h, w, cin), residual (n, ho, wo, cout) or NULL as the op says, out
- * (n, ho, wo, cout); a max pool: out = maxpool(in), residual NULL. All NHWC
+ * (n, ho, wo, cout), which is residual itself where the plan put it there;
+ * a max pool: out = maxpool(in), residual NULL. All NHWC
  * in d's precision. scratch holds cpu_dnnl_sizes' scratch bytes. Returns 0
  * or -EIO (a oneDNN failure, which a created primitive does not have). */
 int cpu_dnnl_op(cpu_dnnl_t *d, int op_index, int n, const void *in, const void *residual, void *out,

@@ -17,7 +17,9 @@
  * Memory: the weights stay in the model's folded fp32 blocks (counted once by
  * the plan), and oneDNN's reordered copy beside them (the plan's
  * weights_copy_bytes: bf16 in bf16); one arena holds the activations at
- * max_batch in the precision and the workspace (oneDNN's scratchpad, in user
+ * max_batch in the precision (placed by the plan, which this engine's terms
+ * ask to put a residual conv's output over its dead residual input: oneDNN
+ * adds it as a sum post-op, in place) and the workspace (oneDNN's scratchpad, in user
  * mode, which in bf16 also holds one sample in fp32 and the fc's fp32 input;
  * the reference's im2col scratch instead when the engine runs cpu_ops'
  * convolutions, a test-only option); one host block holds every slot's records (packed by format,
@@ -115,8 +117,11 @@ static void engine_cpu_bf16_staging(const model_t *m, int batch, size_t *sample_
         }
 }
 
-static int engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, int batch, int depth, int top_k,
-                             precision_t p, bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
+/* The layout of m at batch for activations placed as tensor_offset says,
+ * in an arena of arena_elems_per_sample a sample (a plan's placement). */
+static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_MAX_TENSORS],
+                             size_t arena_elems_per_sample, int batch, int depth, int top_k, precision_t p,
+                             bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
         size_t ws = 0, copy = 0;
 
         memset(l, 0, sizeof(*l));
@@ -126,7 +131,7 @@ static int engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, in
                                           precision_name(p));
                 ws = engine_cpu_im2col_bytes(m, batch);
         } else {
-                int r = cpu_dnnl_sizes(m, batch, p, &ws, &copy, err);
+                int r = cpu_dnnl_sizes(m, batch, p, tensor_offset, &ws, &copy, err);
 
                 if (r < 0)
                         return r;
@@ -149,23 +154,30 @@ static int engine_cpu_layout(const model_t *m, size_t arena_elems_per_sample, in
 }
 
 int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch, plan_engine_terms_t *ret) {
-        size_t offsets[MODEL_MAX_TENSORS];
+        size_t offsets[MODEL_MAX_TENSORS], arena;
         engine_cpu_layout_t l;
         errbuf_t err;
+        /* oneDNN's convs write a residual conv's output over its residual
+         * (a sum post-op); the reference's cpu_conv2d reads the residual
+         * after writing its output, so not there. */
+        bool in_place = !req->cpu_reference;
         int r;
 
         if (req->precision != PRECISION_FP32 && req->precision != PRECISION_BF16)
                 return -EINVAL;
-        r = engine_cpu_layout(m, plan_place_tensors(m, offsets), batch, req->pipeline_depth, req->top_k,
-                              req->precision, req->cpu_reference, &l, &err);
+        arena = plan_place_tensors(m, in_place, offsets);
+        r = engine_cpu_layout(m, offsets, arena, batch, req->pipeline_depth, req->top_k, req->precision,
+                              req->cpu_reference, &l, &err);
         if (r < 0)
                 return r;
-        /* The activations are the planner's own term; the arena adds the
-         * workspace, the weights term oneDNN's copy. */
+        /* The activations are the planner's own term (placed as asked
+         * here); the arena adds the workspace, the weights term oneDNN's
+         * copy. */
         *ret = (plan_engine_terms_t){
                 .workspace_bytes = l.workspace_bytes,
                 .pinned_host_bytes = l.host_bytes,
                 .weights_copy_bytes = l.weights_copy_bytes,
+                .residual_in_place = in_place,
         };
         return 0;
 }
@@ -299,6 +311,8 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
                 }
                 switch (op->kind) {
                 case MODEL_OP_CONV:
+                        /* The reference's plan keeps the output off its residual. */
+                        assert(!res || res != out);
                         cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off, res, op->relu, out,
                                    c->workspace, c->layout.workspace_bytes / sizeof(float));
                         break;
@@ -408,8 +422,9 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         pthread_cond_init(&c->wake, NULL);
         c->threads = e->request.cpu_threads;
         c->precision = e->plan.precision;
-        r = engine_cpu_layout(e->model, e->plan.arena_elems_per_sample, e->plan.max_batch, e->plan.pipeline_depth,
-                              e->plan.top_k, c->precision, e->request.cpu_reference, &c->layout, err);
+        r = engine_cpu_layout(e->model, e->plan.tensor_offset, e->plan.arena_elems_per_sample, e->plan.max_batch,
+                              e->plan.pipeline_depth, e->plan.top_k, c->precision, e->request.cpu_reference,
+                              &c->layout, err);
         if (r < 0)
                 goto fail;
         /* The plan and the carve come from the same layout function. */
@@ -426,7 +441,7 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                 goto fail;
         }
         if (!e->request.cpu_reference) {
-                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, err);
+                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, e->plan.tensor_offset, err);
                 if (r < 0)
                         goto fail;
                 /* Beside oneDNN, OpenBLAS runs only the fc (a few MFLOP):
@@ -511,8 +526,8 @@ static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const 
         const engine_cpu_t *c = e->impl;
         int r;
 
-        r = engine_cpu_layout(next, plan->arena_elems_per_sample, plan->max_batch, plan->pipeline_depth,
-                              plan->top_k, plan->precision, !c->dnnl, l, err);
+        r = engine_cpu_layout(next, plan->tensor_offset, plan->arena_elems_per_sample, plan->max_batch,
+                              plan->pipeline_depth, plan->top_k, plan->precision, !c->dnnl, l, err);
         if (r < 0)
                 return r;
         if (l->workspace_bytes != plan->workspace_bytes || l->weights_copy_bytes != plan->engine.weights_copy_bytes ||
@@ -549,7 +564,7 @@ static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbu
         if (r < 0)
                 return r;
         if (c->dnnl) {
-                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, err);
+                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, plan->tensor_offset, err);
                 if (r < 0)
                         return r;
         }

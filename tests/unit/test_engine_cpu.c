@@ -456,7 +456,9 @@ static void test_engine_cpu_swap_weights(void) {
  * batch of 7 (the top bucket of max_batch 7), of 6 (4 + 2) and of 3 (2 + 1)
  * within fp32 rounding, residual adds and ReLUs included (a dropped post-op
  * is off by far more). The plan counts oneDNN's reordered weights beside
- * the model's, and the reference's plan has no copy. */
+ * the model's, and the reference's plan has no copy. oneDNN's plan puts
+ * each of the 16 residual convs' output over its residual (a sum post-op
+ * in place) in a smaller arena; the reference's keeps them apart. */
 static void test_engine_cpu_onednn_matches_reference(void) {
         static const uint64_t seeds[7] = { 11, 12, 13, 14, 15, 16, 17 };
         static const int sizes[3] = { 7, 6, 3 };
@@ -466,6 +468,7 @@ static void test_engine_cpu_onednn_matches_reference(void) {
         const plan_t *pd, *pr;
         double worst = 0;
         size_t conv_elems = 0;
+        int in_place = 0;
 
         CU_ASSERT_PTR_NOT_NULL_FATAL(got);
         CU_ASSERT_PTR_NOT_NULL_FATAL(want);
@@ -485,6 +488,19 @@ static void test_engine_cpu_onednn_matches_reference(void) {
         CU_ASSERT_EQUAL(pr->engine.weights_copy_bytes, 0);
         CU_ASSERT(pd->engine.weights_copy_bytes >= conv_elems * sizeof(float));
         CU_ASSERT_EQUAL(pd->weights_bytes, pr->weights_bytes + pd->engine.weights_copy_bytes);
+        CU_ASSERT_TRUE(pd->engine.residual_in_place);
+        CU_ASSERT_FALSE(pr->engine.residual_in_place);
+        CU_ASSERT(pd->arena_elems_per_sample < pr->arena_elems_per_sample);
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+
+                if (op->residual < 0)
+                        continue;
+                in_place++;
+                CU_ASSERT_EQUAL(pd->tensor_offset[op->out], pd->tensor_offset[op->residual]);
+                CU_ASSERT_NOT_EQUAL(pr->tensor_offset[op->out], pr->tensor_offset[op->residual]);
+        }
+        CU_ASSERT_EQUAL(in_place, 16);
         for (int k = 0; k < 3; k++) {
                 int n = sizes[k];
 
