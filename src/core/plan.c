@@ -462,6 +462,12 @@ static const char *plan_reserve_what(const plan_t *p, char *buf, size_t len) {
         return buf;
 }
 
+/* What engine.context_bytes holds: the CUDA context, or on the CPU
+ * oneDNN's kernels (the code it generates for each primitive). */
+static const char *plan_context_name(const plan_t *p) {
+        return p->backend == BACKEND_CPU ? "oneDNN's kernels" : "the CUDA context";
+}
+
 /* Explains why batch 1 does not fit: the first term, in the order they are
  * committed, that takes the running sum past the budget. */
 static int plan_refuse(const plan_t *p, errbuf_t *err) {
@@ -469,7 +475,7 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                 const char *name;
                 uint64_t bytes;
         } terms[] = {
-                { "the CUDA context", p->engine.context_bytes },
+                { plan_context_name(p), p->engine.context_bytes },
                 { "the CUDA graphs", p->engine.graph_bytes },
                 { "the weights", p->weights_bytes },
                 { "the workspace", p->engine.workspace_bytes },
@@ -485,7 +491,8 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                 char rest[160] = "";
 
                 if (p->engine.context_bytes + p->engine.graph_bytes > 0)
-                        snprintf(rest, sizeof(rest), " with the CUDA context and graphs (%s)",
+                        snprintf(rest, sizeof(rest), " with %s (%s)",
+                                 p->backend == BACKEND_CPU ? plan_context_name(p) : "the CUDA context and graphs",
                                  units_format_size(p->engine.context_bytes + p->engine.graph_bytes, b, sizeof(b)));
                 if (!p->engine.weights_in_arena)
                         snprintf(rest + strlen(rest), sizeof(rest) - strlen(rest), " beside the weights (%s)",
@@ -668,7 +675,7 @@ int plan_write_text(const plan_t *p, FILE *out) {
                 const char *name;
                 uint64_t bytes;
         } rows[] = {
-                { "CUDA context", p->engine.context_bytes },
+                { p->backend == BACKEND_CPU ? "oneDNN kernels" : "CUDA context", p->engine.context_bytes },
                 { "CUDA graphs", p->engine.graph_bytes },
                 { "weights (once)", p->weights_bytes },
                 { "activations", p->activation_bytes },

@@ -58,7 +58,8 @@ size_t precision_bytes(precision_t p);
 /* The engine's own terms at batch size `batch`. Each is in bytes on the
  * device (host memory for the CPU engine), except pinned_host_bytes. */
 typedef struct plan_engine_terms {
-        uint64_t context_bytes;         /* CUDA context and libraries; 0 on the CPU */
+        uint64_t context_bytes;         /* CUDA context and libraries; on the CPU, oneDNN's JIT kernels
+                                         * (host memory: cpu_dnnl_sizes) */
         uint64_t graph_bytes;           /* captured CUDA graphs for every batch bucket */
         uint64_t workspace_bytes;       /* im2col / GEMM / top-k scratch */
         uint64_t staging_bytes;         /* device-side input and output buffers of all slots */

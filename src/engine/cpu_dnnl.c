@@ -236,9 +236,9 @@ static size_t cpu_dnnl_align(size_t v) {
 }
 
 int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t tensor_offset[MODEL_MAX_TENSORS],
-                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, errbuf_t *err) {
+                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, size_t *ret_kernel_bytes, errbuf_t *err) {
         int buckets[ENGINE_CUDA_MAX_BUCKETS], n_buckets = engine_cuda_buckets(max_batch, buckets);
-        size_t scratch = 0, weights = 0;
+        size_t scratch = 0, weights = 0, prims = 0;
 
         if (n_buckets < 0)
                 return errbuf_set(err, -EINVAL, "batch %d has no buckets", max_batch);
@@ -266,10 +266,12 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t 
                         if (sp > scratch)
                                 scratch = sp;
                         dnnl_primitive_desc_destroy(pd);
+                        prims++;
                 }
         }
         *ret_scratch_bytes = cpu_dnnl_align(scratch);
         *ret_weights_bytes = weights;
+        *ret_kernel_bytes = prims * CPU_DNNL_KERNEL_BYTES_EACH;
         return 0;
 }
 

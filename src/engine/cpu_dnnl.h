@@ -17,8 +17,9 @@
  * Memory: the folded weights are reordered once, at open, into the layout
  * and type the primitives chose (blocks of this module, counted by the
  * plan's weights term: cpu_dnnl_sizes); the scratchpad is in user mode and
- * comes from the caller (the plan's workspace term). Executing allocates no
- * buffer.
+ * comes from the caller (the plan's workspace term); the code oneDNN
+ * generates for each primitive is charged per primitive (the plan's context
+ * term on the CPU). Executing allocates no buffer.
  *
  * bf16 needs a CPU with a bf16 kernel (AVX512_BF16 or AMX: cpu_dnnl_has_bf16);
  * a primitive for which oneDNN has only its reference implementation is
@@ -37,17 +38,28 @@
 
 typedef struct cpu_dnnl cpu_dnnl_t;
 
+/* What one primitive's JIT-generated code keeps resident, at most on
+ * average: oneDNN has no query for it, so it is measured (RSS around
+ * dnnl_primitive_create, oneDNN 2.6.3 on AVX-512 with bf16, docs/perf.md):
+ * 82 to 121 KiB a primitive on average over ResNet-18, -50, -101 and
+ * wide_resnet50_2's convs and max pool, fp32 and bf16, from 24 KiB (a small
+ * 1x1) to 240 KiB (layer4's 1x1s), the same at any batch. The plan charges
+ * this for each primitive (cpu_dnnl_sizes' kernel bytes), as the CUDA plan
+ * charges each captured graph. */
+#define CPU_DNNL_KERNEL_BYTES_EACH ((size_t)128 << 10)
+
 /* Whether cpu_dnnl runs ops of this kind in precision p (fp32 or bf16):
  * the convs and the max pool. The engine runs the others. */
 int cpu_dnnl_runs(precision_t p, model_op_kind_t kind);
 
 /* What cpu_dnnl_new would hold for m at max_batch in precision p with its
  * tensors at tensor_offset (a plan's), without weights: the largest
- * scratchpad of any primitive and the reordered weights' bytes.
+ * scratchpad of any primitive, the reordered weights' bytes, and its
+ * primitives' code (CPU_DNNL_KERNEL_BYTES_EACH for each layer and bucket).
  * -EOPNOTSUPP (with the sentence) where oneDNN has no real kernel for a
  * layer in p. */
 int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t tensor_offset[MODEL_MAX_TENSORS],
-                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, errbuf_t *err);
+                   size_t *ret_scratch_bytes, size_t *ret_weights_bytes, size_t *ret_kernel_bytes, errbuf_t *err);
 
 /* Creates the primitives of every layer of m and bucket of max_batch in
  * precision p (fp32 or bf16), for activations placed at tensor_offset (the

@@ -16,7 +16,9 @@
  *
  * Memory: the weights stay in the model's folded fp32 blocks (counted once by
  * the plan), and oneDNN's reordered copy beside them (the plan's
- * weights_copy_bytes: bf16 in bf16); one arena holds the activations at
+ * weights_copy_bytes: bf16 in bf16), with the code oneDNN generates for its
+ * primitives (the plan's context term: CPU_DNNL_KERNEL_BYTES_EACH a
+ * primitive, a measured bound); one arena holds the activations at
  * max_batch in the precision (placed by the plan, which this engine's terms
  * ask to put a residual conv's output over its dead residual input: oneDNN
  * adds it as a sum post-op, in place) and the workspace (oneDNN's scratchpad, in user
@@ -64,6 +66,7 @@ typedef struct engine_cpu_layout {
         size_t fc_in_elems;             /* bf16: the fc's fp32 input (max_batch, cin), after the sample */
         size_t elem_bytes;              /* of an activation: precision_bytes */
         size_t weights_copy_bytes;      /* oneDNN's reordered weights (0 for the reference) */
+        size_t kernel_bytes;            /* oneDNN's primitives' code (0 for the reference) */
         size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
         size_t logits_bytes_per_slot;   /* host: (batch, classes) fp32 */
         size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
@@ -122,7 +125,7 @@ static void engine_cpu_bf16_staging(const model_t *m, int batch, size_t *sample_
 static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_MAX_TENSORS],
                              size_t arena_elems_per_sample, int batch, int depth, int top_k, precision_t p,
                              bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
-        size_t ws = 0, copy = 0;
+        size_t ws = 0, copy = 0, kernels = 0;
 
         memset(l, 0, sizeof(*l));
         if (reference) {
@@ -131,7 +134,7 @@ static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_
                                           precision_name(p));
                 ws = engine_cpu_im2col_bytes(m, batch);
         } else {
-                int r = cpu_dnnl_sizes(m, batch, p, tensor_offset, &ws, &copy, err);
+                int r = cpu_dnnl_sizes(m, batch, p, tensor_offset, &ws, &copy, &kernels, err);
 
                 if (r < 0)
                         return r;
@@ -146,6 +149,7 @@ static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_
         l->activation_bytes = engine_cpu_align(arena_elems_per_sample * (size_t)batch * l->elem_bytes);
         l->workspace_bytes = engine_cpu_align(ws);
         l->weights_copy_bytes = copy;
+        l->kernel_bytes = kernels;
         l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
         l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * m->classes * sizeof(float));
         l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
@@ -172,8 +176,10 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
                 return r;
         /* The activations are the planner's own term (placed as asked
          * here); the arena adds the workspace, the weights term oneDNN's
-         * copy. */
+         * copy, the context term (the CUDA context's on the other engine)
+         * its primitives' code. */
         *ret = (plan_engine_terms_t){
+                .context_bytes = l.kernel_bytes,
                 .workspace_bytes = l.workspace_bytes,
                 .pinned_host_bytes = l.host_bytes,
                 .weights_copy_bytes = l.weights_copy_bytes,

@@ -195,7 +195,7 @@ static void test_daemon_swap_plans_held_pinned_buffers(void) {
         CU_ASSERT_EQUAL(p.max_batch, 2);
         CU_ASSERT(p.engine.pinned_host_bytes < held / 3);
         CU_ASSERT_EQUAL(p.pinned_host_bytes, held);
-        CU_ASSERT_EQUAL(p.total_bytes, p.weights_bytes + e->held_arena_bytes);
+        CU_ASSERT_EQUAL(p.total_bytes, p.engine.context_bytes + p.weights_bytes + e->held_arena_bytes);
         CU_ASSERT(p.arena_kept_bytes > 0);
         CU_ASSERT_EQUAL_FATAL(engine_swap(e, next, &p, &err), 0);
         CU_ASSERT_EQUAL(engine_plan_of(e)->pinned_host_bytes, held);
