@@ -6,6 +6,7 @@
  * produce a prediction or a DLQ copy, and a delivery report for each
  * (pipeline_harness.h). */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,13 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
         CU_ASSERT_EQUAL(t.delivered_dlq, 1);
         pipeline_get_stats(t.pipeline, &st);
         CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
+        /* Seen once (2026-12-02, in a full run; not again in 17 runs after it):
+         * the counts, for the next time. */
+        if (t.delivered_predictions != TP_GOOD || t.delivered_dlq != 1 || st.records_in != TP_GOOD + 1)
+                fprintf(stderr, "intake_closed_takes_nothing: %d predictions, %d DLQ copies, %" PRIu64
+                        " records in, %" PRIu64 " held, paused %d (want %d, 1, %d)\n",
+                        (int)t.delivered_predictions, (int)t.delivered_dlq, (uint64_t)st.records_in,
+                        (uint64_t)st.records_held, (int)kafka_is_paused(t.kafka), TP_GOOD, TP_GOOD + 1);
         CU_ASSERT_EQUAL(st.records_held, 0);
         CU_ASSERT_FALSE(kafka_is_paused(t.kafka));
         tp_teardown(&t);
