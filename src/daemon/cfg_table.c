@@ -144,7 +144,7 @@ const cfg_key_t cfg_keys[] = {
                         "is (the addresses in brokers) x (1 + this) x fetch.max.bytes, and fetch.max.bytes is that "
                         "term's share over the product, at least 1MiB (inferd --plan shows them). Photographs as RGB8 "
                         "or float32 compress about 1.5-3:1, JPEG and PNG records 1:1; synthetic or blank images far "
-                        "more. The daemon measures the ratio (librdkafka's statistics) and says so in its log when "
+                        "more. The daemon measures the ratio (librdkafka's statistics: with [metrics] listen set, the default) and says so in its log when "
                         "the input passes it, or when more brokers lead its partitions than brokers lists.",
         },
 

@@ -464,9 +464,11 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
             (r = kafka_conf_set(conf, "enable.partition.eof", "false", err)) < 0 ||
             (r = kafka_conf_set(conf, "log.queue", "true", err)) < 0 ||
             /* The metrics' lag, and the fetch responses against the plan
-             * (kafka_fetch_check); [kafka.consumer] may set another
-             * interval. */
-            (r = kafka_conf_set(conf, "statistics.interval.ms", KAFKA_STATS_INTERVAL_MS, err)) < 0)
+             * (kafka_fetch_check), when the endpoint is on (the default);
+             * [kafka.consumer] may set another interval, or set one
+             * without it. */
+            (c->metrics.listen[0] &&
+             (r = kafka_conf_set(conf, "statistics.interval.ms", KAFKA_STATS_INTERVAL_MS, err)) < 0))
                 goto fail;
         if ((r = kafka_conf_set_u64(conf, "queued.max.messages.kbytes", lim->queued_max_kbytes, err)) < 0 ||
             (r = kafka_conf_set_u64(conf, "fetch.max.bytes", lim->fetch_max_bytes, err)) < 0 ||
@@ -490,9 +492,8 @@ static int kafka_new_consumer(kafka_t *k, const cfg_t *c, const kafka_limits_t *
         r = cfg_kafka_apply(c, 0, conf, err);
         if (r < 0)
                 goto fail;
-        /* Served every statistics.interval.ms (ours above, or
-         * [kafka.consumer]'s; 0 there turns the lag and the fetch check
-         * off). */
+        /* Served only when statistics.interval.ms is set: by the metrics'
+         * default above or by [kafka.consumer]. */
         rd_kafka_conf_set_stats_cb(conf, kafka_stats_cb);
         /* Not negotiable: at-least-once rests on storing offsets ourselves. */
         if ((r = kafka_conf_set(conf, "enable.auto.offset.store", "false", err)) < 0)
