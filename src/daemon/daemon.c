@@ -573,8 +573,6 @@ static int daemon_start_engine(daemon_t *d, errbuf_t *err) {
         return 0;
 }
 
-/* The Kafka handles, within the plan's host budget, and the transactions
- * under exactly-once. */
 /* librdkafka's share of the host budget, as the plan set it. */
 static void daemon_log_kafka_limits(const plan_t *p) {
         char q[32], f[32], w[32], o[32];
@@ -587,6 +585,8 @@ static void daemon_log_kafka_limits(const plan_t *p) {
                  units_format_size(p->kafka_producer_bytes, o, sizeof(o)));
 }
 
+/* The Kafka handles, within the plan's host budget, and the transactions
+ * under exactly-once. */
 static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
         const kafka_callbacks_t cb = {
                 .assigned = daemon_on_assigned,

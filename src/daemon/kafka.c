@@ -201,7 +201,7 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 /* --- the partitions' lag, for the metrics ------------------------------------ */
 
-static kafka_part_t *kafka_part(kafka_t *k, int32_t partition, bool add) {
+kafka_part_t *kafka_part(kafka_t *k, int32_t partition, bool add) {
         for (size_t i = 0; i < k->n_parts; i++)
                 if (k->parts[i].partition == partition)
                         return &k->parts[i];

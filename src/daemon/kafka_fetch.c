@@ -53,15 +53,11 @@ static bool kafka_fetch_leads(kafka_t *k, json_t *b) {
         json_object_foreach(json_object_get(b, "toppars"), key, tp) {
                 json_t *topic = json_object_get(tp, "topic");
                 int64_t id = kafka_json_int(tp, "partition");
-                bool assigned = false;
-                size_t i;
+                kafka_part_t *p;
 
                 if (!json_is_string(topic) || strcmp(json_string_value(topic), k->cfg->kafka.input_topic) || id < 0)
                         continue;
-                for (i = 0; i < k->n_parts; i++)
-                        if (k->parts[i].partition == id && k->parts[i].assigned)
-                                assigned = true;
-                if (assigned)
+                if ((p = kafka_part(k, (int32_t)id, false)) && p->assigned)
                         return true;
         }
         return false;

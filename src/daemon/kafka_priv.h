@@ -67,6 +67,10 @@ struct kafka {
         kafka_fetch_seen_t fetch_seen;  /* the fetch responses' shape measured (kafka_fetch.c) */
 };
 
+/* The entry of the input topic's partition in k->parts; NULL when there is
+ * none (add: made, unassigned, when there is room). */
+kafka_part_t *kafka_part(kafka_t *k, int32_t partition, bool add);
+
 /* The integer at key in a statistics object; -1 when it is not one. */
 int64_t kafka_json_int(json_t *o, const char *key);
 
