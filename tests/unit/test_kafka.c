@@ -232,6 +232,39 @@ static void test_kafka_producer_queue_capped(void) {
         free(value);
 }
 
+/* The producer's linger.ms as the daemon makes it: inferd's 20 ms by
+ * default, and [kafka.producer]'s value where it sets one. */
+static void producer_linger(const char *set, const char *want) {
+        static const kafka_callbacks_t cb = {};
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        char value[64] = "";
+        size_t len = sizeof(value);
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        if (set) {
+                c->kafka_producer.items = calloc(1, sizeof(cfg_kv_t));
+                CU_ASSERT_FATAL(c->kafka_producer.items != NULL);
+                c->kafka_producer.items[0].name = strdup("linger.ms");
+                c->kafka_producer.items[0].value = strdup(set);
+                c->kafka_producer.n = 1;
+        }
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
+        CU_ASSERT_EQUAL(rd_kafka_conf_get(rd_kafka_conf(k->producer), "linger.ms", value, &len), RD_KAFKA_CONF_OK);
+        CU_ASSERT_STRING_EQUAL(value, want);
+        kafka_free(k);
+        cfg_free(c);
+}
+
+static void test_kafka_producer_linger(void) {
+        producer_linger(NULL, "20");
+        producer_linger("7", "7");
+}
+
 /* Exactly-once against a broker that never answers: init_transactions
  * gives up after its bound, with a sentence saying how long and why,
  * instead of retrying for ever. */
@@ -460,6 +493,7 @@ int test_kafka_register(void) {
                 { "overrides_said", test_kafka_overrides_said },
                 { "limits_floors", test_kafka_limits_floors },
                 { "producer_queue_capped", test_kafka_producer_queue_capped },
+                { "producer_linger", test_kafka_producer_linger },
                 { "txn_init_bounded", test_kafka_txn_init_bounded },
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
