@@ -58,6 +58,10 @@ kt_broker_cmd() {
 # kt_config NAME TOPIC_PREFIX GROUP [extra INI lines...]: writes $KT_DIR/NAME.ini.
 # The metrics endpoint is off ([metrics] listen empty) unless KT_LISTEN
 # gives it an address: daemons of concurrent suites never share a port.
+# Without the endpoint librdkafka's statistics are off; KT_STATISTICS_MS=N
+# turns them on every N ms, as the endpoint's default does in production
+# (e.g. `KT_STATISTICS_MS=1000 KR_ONLY=eos tests/run kafka-real`; not with
+# kafka-real's fetch section, which sets its own).
 kt_config() {
         local name=$1 prefix=$2 group=$3
         shift 3
@@ -73,6 +77,7 @@ kt_config() {
                 echo "[kafka.consumer]"
                 echo "session.timeout.ms = 6000"
                 echo "heartbeat.interval.ms = 500"
+                [ -z "${KT_STATISTICS_MS:-}" ] || echo "statistics.interval.ms = $KT_STATISTICS_MS"
                 echo "[model]"
                 echo "weights = $KT_WEIGHTS"
                 echo "[engine]"
@@ -316,8 +321,10 @@ kt_only() {
 # kt_selected SECTION: whether kt_only selected SECTION.
 kt_selected() { [[ $KT_SELECTED == *" $1 "* ]]; }
 
-kt_pass() { echo "PASS $1${2:+ ($2)}"; }
-kt_fail() { echo "FAIL $1: $2"; }
+# Each result ends with the suite's seconds so far (bash's SECONDS), so
+# that a log shows where a suite's time goes.
+kt_pass() { echo "PASS $1${2:+ ($2)} [+${SECONDS} s]"; }
+kt_fail() { echo "FAIL $1: $2 [+${SECONDS} s]"; }
 kt_skip() { echo "SKIP $1: $2"; }
 
 # kt_free_port: a loopback TCP port that nothing listens on now.
