@@ -240,16 +240,14 @@ static void producer_linger(const char *set, const char *want) {
         cfg_t *c = NULL;
         kafka_t *k = NULL;
         errbuf_t err = {};
+        cfg_kv_t producer[] = { { .name = "linger.ms", .value = (char *)set } };
         char value[64] = "";
         size_t len = sizeof(value);
 
         CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
         snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
         if (set) {
-                c->kafka_producer.items = calloc(1, sizeof(cfg_kv_t));
-                CU_ASSERT_FATAL(c->kafka_producer.items != NULL);
-                c->kafka_producer.items[0].name = strdup("linger.ms");
-                c->kafka_producer.items[0].value = strdup(set);
+                c->kafka_producer.items = producer;
                 c->kafka_producer.n = 1;
         }
         kafka_limits_from_budget(0, &l);
@@ -257,6 +255,8 @@ static void producer_linger(const char *set, const char *want) {
         CU_ASSERT_EQUAL(rd_kafka_conf_get(rd_kafka_conf(k->producer), "linger.ms", value, &len), RD_KAFKA_CONF_OK);
         CU_ASSERT_STRING_EQUAL(value, want);
         kafka_free(k);
+        c->kafka_producer.items = NULL;
+        c->kafka_producer.n = 0;
         cfg_free(c);
 }
 
