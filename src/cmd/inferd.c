@@ -27,6 +27,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 #include <limits.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include "daemon/cfg.h"
@@ -197,6 +198,27 @@ static void block_signals_everywhere(char **argv) {
         log_warning("Failed to re-execute with the signals blocked: %s", strerror(errno));
 }
 
+/* glibc's heap, fixed for a consumer that decompresses without pause:
+ * librdkafka's broker threads decompress each fetched message set into a
+ * new buffer of up to a few MiB, which the event loop frees once the
+ * records are packed. With glibc's defaults (a trim threshold that follows
+ * the largest freed mmapped chunk, twice it), the heap is handed back to
+ * the kernel after a burst and faulted in again, zeroed, page by page, by
+ * the next decompression: a fifth of the consumer thread's time went to
+ * the kernel on the mock broker, twice kcat's share (docs/perf.md,
+ * "The consumer's heap"). So buffers up to 32 MiB (glibc's own upper
+ * bound for its moving threshold) come from the heap, and up to 64 MiB of
+ * free heap on top stays mapped. That is memory the plan's fetch term
+ * already charges at its peak (each arena keeps at most what it held), and
+ * the RSS it leaves stays flat. */
+#define INFERD_MMAP_THRESHOLD (32 << 20)
+#define INFERD_TRIM_THRESHOLD (64 << 20)
+
+static void keep_heap_mapped(void) {
+        if (!mallopt(M_MMAP_THRESHOLD, INFERD_MMAP_THRESHOLD) || !mallopt(M_TRIM_THRESHOLD, INFERD_TRIM_THRESHOLD))
+                log_warning("Failed to set glibc's heap thresholds: the consumer may fault its buffers in again");
+}
+
 /* What the command line asked for. The mode flags are ints that
  * getopt_long sets itself (its flag pointers); when several are given, the
  * first of --device-info, --check-config, --print-config and
@@ -331,6 +353,7 @@ static int inferd_serve(const inferd_args_t *a, cfg_t *c, char **argv) {
          * loop's signalfd. */
         block_signals_everywhere(argv);
         signal(SIGPIPE, SIG_IGN);
+        keep_heap_mapped();
 
         r = daemon_new(&d, c, a->path, &err);
         if (r < 0) {
