@@ -3,7 +3,9 @@
  * Each suite file defines `int test_<module>_register(void)`, which adds a
  * CUnit suite and its tests; the list comes from unit_registry.h, generated
  * by the Makefile from the file names. Every test prints one line for
- * tests/run: "PASS unit/<suite>/<test>" or "FAIL unit/<suite>/<test>: ...".
+ * tests/run: "PASS unit/<suite>/<test>" or "FAIL unit/<suite>/<test>: ...",
+ * each ending with the test's wall time ("[0.42 s]"), so that a log shows
+ * where the suite's time goes.
  *
  *   unit-tests                 every suite
  *   unit-tests NAME...         only the suites of exactly these names
@@ -14,21 +16,40 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define UNIT_SUITE(m) int test_##m##_register(void);
 #include "unit_registry.h"
 #undef UNIT_SUITE
 
+static struct timespec unit_test_start;
+
+static double unit_seconds_since(const struct timespec *t0) {
+        struct timespec t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void on_test_start(const CU_pTest test, const CU_pSuite suite) {
+        (void)test;
+        (void)suite;
+        clock_gettime(CLOCK_MONOTONIC, &unit_test_start);
+}
+
 static void on_test_complete(const CU_pTest test, const CU_pSuite suite, const CU_pFailureRecord failure) {
+        double s = unit_seconds_since(&unit_test_start);
+
         if (!failure) {
-                printf("PASS unit/%s/%s\n", suite->pName, test->pName);
+                printf("PASS unit/%s/%s [%.2f s]\n", suite->pName, test->pName, s);
+                fflush(stdout);
                 return;
         }
         printf("FAIL unit/%s/%s:", suite->pName, test->pName);
         for (CU_pFailureRecord f = failure; f; f = f->pNext)
                 printf(" [%s:%u %s]", f->strFileName ? f->strFileName : "?", f->uiLineNumber,
                        f->strCondition ? f->strCondition : "");
-        printf("\n");
+        printf(" [%.2f s]\n", s);
         fflush(stdout);
 }
 
@@ -89,6 +110,7 @@ int main(int argc, char **argv) {
 #undef UNIT_SUITE
 
         /* CU_run_all_tests, not the Basic interface, which replaces the handler. */
+        CU_set_test_start_handler(on_test_start);
         CU_set_test_complete_handler(on_test_complete);
         CU_run_all_tests();
         failed = CU_get_number_of_tests_failed();
