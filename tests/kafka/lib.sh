@@ -147,9 +147,11 @@ kt_wait_exit() {
 # wait (a batch or two) must not outlast. A fixed batch of 32 took 1.1 s and
 # more on the machines of its day and 0.99 s on a Zen 5 core, so the batch
 # is sized from the engine's rate measured here once per suite
-# (kt_long_batch).
+# (kt_long_batch). Sets KT_HOLD_BACKLOG, the hold tests' input: four
+# batches (two slots' worth, a held record, and more behind them).
 kt_long_batches() {
         kt_long_batch
+        KT_HOLD_BACKLOG=$((4 * KT_LONG_BATCH))
         sed -i -e "s/^max_batch = 4$/max_batch = $KT_LONG_BATCH/" \
                 -e 's/^session.timeout.ms = 6000$/session.timeout.ms = 30000/' \
                 -e 's/^host_budget = 256MiB$/host_budget = 2GiB/' -e 's/^backend = cpu$/backend = cpu\nthreads = 1/' "$@"
