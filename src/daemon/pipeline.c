@@ -141,7 +141,7 @@ int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectim
 
         if (!pipeline_has_room(p))
                 return -ENOBUFS;
-        full = batch_add(p->batch, msg, pipeline_now_us(), &slot, &idx);
+        full = batch_add(p->batch, NULL, pipeline_now_us(), &slot, &idx);
         assert(full >= 0);
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = tag;
@@ -152,6 +152,10 @@ int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectim
         dst = engine_slot_place(p->engine, slot, idx, fmt);
         assert(dst && len == pack_row_bytes(fmt));
         memcpy(dst, bytes, len);
+        /* A raw record's value is the slot's copy from now on, and its
+         * message goes back to librdkafka (pipeline_source.c). */
+        e->msg = &p->sources[pipeline_pos(p, slot, idx)];
+        pipeline_source_keep(e->msg, msg, bytes == msg->payload ? dst : NULL, len);
         /* Full by count, or by bytes (the next record could be float32). */
         if (full || !engine_slot_has_room(p->engine, slot))
                 pipeline_submit_ready(p, slot);
@@ -226,16 +230,19 @@ static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms)
         char detail[192], limit[32];
 
         if (p->expired_skip && p->ops.skipped) {
-                pipeline_ticket_t *t = pipeline_ticket_new(m, false);
+                pipeline_source_t s;
+                pipeline_ticket_t *t;
 
+                pipeline_source_of(&s, m);
+                t = pipeline_ticket_new(&s, false);
                 if (!t) {
                         log_error("Out of memory skipping an expired record");
-                        pipeline_track(p, m);   /* never done: redelivered */
+                        pipeline_track(p, &s);  /* never done: redelivered */
                         rd_kafka_message_destroy(m);
                         pipeline_fail(p, 1);
                         return 0;
                 }
-                t->part_id = pipeline_track(p, m);
+                t->part_id = pipeline_track(p, &s);
                 p->records_in++;
                 p->expired_skipped++;
                 log_debug_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
@@ -256,6 +263,7 @@ static int pipeline_expire(pipeline_t *p, rd_kafka_message_t *m, int64_t age_ms)
  * consumed), -ENOBUFS when it cannot be placed now (the caller keeps it). */
 int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         rd_kafka_headers_t *hdrs = NULL;
+        pipeline_source_t src;
         const void *ct = NULL;
         size_t ct_len = 0;
         record_format_t fmt;
@@ -312,7 +320,8 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 .taken_us = now,
                 .decoded_us = record_is_encoded(fmt) ? 0 : now,
         };
-        tag = pipeline_track(p, m);
+        pipeline_source_of(&src, m);
+        tag = pipeline_track(p, &src);
         p->records_in++;
         if (record_is_encoded(fmt)) {
                 /* A decode thread writes its RGB8 into the entry; it is
@@ -376,7 +385,8 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
         }
         p->capacity = batch_capacity(p->batch);
         p->times = calloc((size_t)engine_slots(cfg->engine) * (size_t)p->capacity, sizeof(*p->times));
-        if (!p->times) {
+        p->sources = calloc((size_t)engine_slots(cfg->engine) * (size_t)p->capacity, sizeof(*p->sources));
+        if (!p->times || !p->sources) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -397,19 +407,15 @@ void pipeline_free(pipeline_t *p) {
         if (!p)
                 return;
         pipeline_held_drop(p, NULL);
-        if (p->batch)
+        if (p->batch && p->sources)
                 for (int s = 0; s < batch_depth(p->batch); s++) {
                         if (batch_slot_state(p->batch, s) == BATCH_SLOT_FREE)
                                 continue;
-                        for (int i = 0; i < batch_slot_count(p->batch, s); i++) {
-                                batch_entry_t *e = batch_slot_entry(p->batch, s, i);
-
-                                if (e->msg)
-                                        rd_kafka_message_destroy(e->msg);
-                                e->msg = NULL;
-                        }
+                        for (int i = 0; i < batch_slot_count(p->batch, s); i++)
+                                pipeline_source_release(&p->sources[pipeline_pos(p, s, i)]);
                 }
         batch_free(p->batch);
+        free(p->sources);
         free(p->slot_produced);
         free(p->slot_submitted_us);
         free(p->times);

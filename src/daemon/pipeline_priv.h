@@ -10,6 +10,8 @@
  *                       pump, closing the intake and the drain
  *   pipeline_decode.c   records that need decoding: their staging entries,
  *                       the decode jobs, placing decoded records in slots
+ *   pipeline_source.c   what a record's outputs need of it, kept once its
+ *                       librdkafka message is let go
  *
  * Not a module boundary: each file reads and writes struct pipeline. */
 #ifndef INFERD_PIPELINE_PRIV_H
@@ -31,6 +33,25 @@ typedef struct pipeline_staged {
         rectime_t times;                /* taken_us and decoded_us so far */
         decode_job_t job;               /* its out: the entry's buffer in staging */
 } pipeline_staged_t;
+
+/* What a record's outputs (its prediction or DLQ copy) need of it. A view
+ * of a message (pipeline_source_of: owns nothing), or a slot position's
+ * record (pipeline_source_keep: owns its message, or the copies made when
+ * the message was let go; pipeline_source_release frees them). */
+typedef struct pipeline_source {
+        const char *topic;
+        int32_t partition;
+        int64_t offset;
+        int64_t timestamp_ms;                   /* -1: none */
+        const void *key;                        /* NULL: no key */
+        size_t key_len;
+        const rd_kafka_headers_t *headers;      /* NULL: none */
+        const void *value;                      /* the message's payload, or the slot's copy of it */
+        size_t len;
+        rd_kafka_message_t *msg;                /* owned: kept whole (a decoded record) */
+        char *copied;                           /* owned: the topic and the key, once msg was let go */
+        rd_kafka_headers_t *copied_headers;     /* owned: the headers, likewise */
+} pipeline_source_t;
 
 struct pipeline {
         pipeline_ops_t ops;             /* copied */
@@ -109,6 +130,7 @@ struct pipeline {
         metrics_hist_t batch_size, batch_seconds;
         uint64_t *slot_submitted_us;    /* (depth) when the engine was given the slot */
         rectime_t *times;               /* (depth * capacity) each position's record's times */
+        pipeline_source_t *sources;     /* (depth * capacity) each position's record (owned while placed) */
         uint64_t expired_skipped;
         metrics_hist_t stage_seconds[RECTIME_STAGES];
 };
@@ -118,7 +140,7 @@ static inline void pipeline_fail(pipeline_t *p, int status) {
         p->ops.fail(p->userdata, status);
 }
 
-/* Position i of slot in the (depth, capacity) array times. */
+/* Position i of slot in the (depth, capacity) arrays times and sources. */
 static inline size_t pipeline_pos(const pipeline_t *p, int slot, int i) {
         return (size_t)slot * (size_t)p->capacity + (size_t)i;
 }
@@ -168,14 +190,28 @@ int pipeline_staging_busy(const pipeline_t *p);
  * -errno after ops->fail. */
 int pipeline_staging_place(pipeline_t *p);
 
+/* --- pipeline_source.c ------------------------------------------------------ */
+
+/* s views m (owns nothing; valid while m is). */
+void pipeline_source_of(pipeline_source_t *s, const rd_kafka_message_t *m);
+
+/* Takes m into s, a slot position's record. value: where m's payload was
+ * copied (len bytes: the slot's copy, which stays until the slot is
+ * released), and m is let go; NULL: m is kept whole (a decoded record, whose
+ * value is not in the slot). Out of memory, m is kept whole. */
+void pipeline_source_keep(pipeline_source_t *s, rd_kafka_message_t *m, const void *value, size_t len);
+
+/* Frees what s owns; s is then empty (releasing an empty one is a no-op). */
+void pipeline_source_release(pipeline_source_t *s);
+
 /* --- pipeline_produce.c ----------------------------------------------------- */
 
-/* A ticket for an output of m (calloc'd); NULL when out of memory. */
-pipeline_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dlq);
+/* A ticket for an output of s (calloc'd); NULL when out of memory. */
+pipeline_ticket_t *pipeline_ticket_new(const pipeline_source_t *s, bool dlq);
 
-/* Starts tracking m's offset. Returns the partition id, or 0 when it cannot
+/* Starts tracking s's offset. Returns the partition id, or 0 when it cannot
  * be tracked (its delivery then stores nothing). */
-int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m);
+int pipeline_track(pipeline_t *p, const pipeline_source_t *s);
 
 /* A record refused as it is taken (its type, or its age): its DLQ copy, and
  * the same returns as pipeline_take's. */

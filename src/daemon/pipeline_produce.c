@@ -40,48 +40,47 @@ static bool pipeline_is_copied_header(const pipeline_t *p, const char *name) {
         return false;
 }
 
-static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const rd_kafka_message_t *m) {
-        rd_kafka_headers_t *h = rd_kafka_headers_new(8), *in = NULL;
+static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const pipeline_source_t *s) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
         const void *v;
         size_t len;
         char num[32];
 
         if (!h)
                 return NULL;
-        rd_kafka_header_add(h, "inferd-source-topic", -1, rd_kafka_topic_name(m->rkt), -1);
-        snprintf(num, sizeof(num), "%" PRId32, m->partition);
+        rd_kafka_header_add(h, "inferd-source-topic", -1, s->topic, -1);
+        snprintf(num, sizeof(num), "%" PRId32, s->partition);
         rd_kafka_header_add(h, "inferd-source-partition", -1, num, -1);
-        snprintf(num, sizeof(num), "%" PRId64, m->offset);
+        snprintf(num, sizeof(num), "%" PRId64, s->offset);
         rd_kafka_header_add(h, "inferd-source-offset", -1, num, -1);
-        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        if (s->headers)
                 for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
-                        if (rd_kafka_header_get_last(in, pipeline_copied_headers[i], &v, &len) ==
+                        if (rd_kafka_header_get_last(s->headers, pipeline_copied_headers[i], &v, &len) ==
                             RD_KAFKA_RESP_ERR_NO_ERROR)
                                 rd_kafka_header_add(h, pipeline_copied_headers[i], -1, v, (ssize_t)len);
         return h;
 }
 
-pipeline_ticket_t *pipeline_ticket_new(const rd_kafka_message_t *m, bool dlq) {
+pipeline_ticket_t *pipeline_ticket_new(const pipeline_source_t *s, bool dlq) {
         pipeline_ticket_t *t = calloc(1, sizeof(*t));
 
         if (t) {
-                t->offset = m->offset;
-                t->partition = m->partition;
+                t->offset = s->offset;
+                t->partition = s->partition;
                 t->dlq = dlq;
-                t->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
+                t->timestamp_ms = s->timestamp_ms;
         }
         return t;
 }
 
-/* Starts tracking m's offset. Returns the partition id, or 0 when it cannot
+/* Starts tracking s's offset. Returns the partition id, or 0 when it cannot
  * be tracked (its delivery then stores nothing). */
-int pipeline_track(pipeline_t *p, const rd_kafka_message_t *m) {
-        int id = batch_offsets_track(p->offsets, rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+int pipeline_track(pipeline_t *p, const pipeline_source_t *s) {
+        int id = batch_offsets_track(p->offsets, s->topic, s->partition, s->offset);
 
         if (id > 0)
                 return id;
-        log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
-                                       LOG_OFFSET(m->offset) }),
+        log_warning_f(((log_fields_t){ LOG_TOPIC(s->topic), LOG_PARTITION(s->partition), LOG_OFFSET(s->offset) }),
                       "Record not tracked for commit (%s): it will be processed but its offset not stored",
                       strerror(-id));
         return 0;
@@ -112,30 +111,29 @@ static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_l
 /* part_id of pipeline_dead_letter: the record is not tracked yet. */
 #define PIPELINE_TRACK_NOW (-1)
 
-/* Sends a refused record to the DLQ with its key, value and headers, plus
+/* Sends refused record s to the DLQ with its key, value and headers, plus
  * inferd-error and inferd-error-detail. part_id is the offset store's id
  * when the record was already tracked (a batched record refused after the
- * engine ran), or PIPELINE_TRACK_NOW. Consumes m on success. */
-static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail,
+ * engine ran), or PIPELINE_TRACK_NOW. s stays the caller's. Returns 0 when
+ * it was sent, -ECANCELED (exactly-once, the transaction doomed: nothing
+ * sent), -ENOBUFS (the producer is full) or another -errno. */
+static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const char *code, const char *detail,
                                 int part_id) {
-        rd_kafka_headers_t *in = NULL, *h;
+        rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
         bool omitted = false;
         int r;
 
-        if (rd_kafka_message_headers(m, &in) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                h = rd_kafka_headers_copy(in);
-        else
-                h = pipeline_source_headers(p, m);
-        t = pipeline_ticket_new(m, true);
+        h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(p, s);
+        t = pipeline_ticket_new(s, true);
         if (!h || !t) {
                 r = -ENOMEM;
                 goto fail;
         }
-        if (in) {
+        if (s->headers) {
                 /* Copied the original headers: add where it came from. */
-                rd_kafka_headers_t *src = pipeline_source_headers(p, m);
+                rd_kafka_headers_t *src = pipeline_source_headers(p, s);
                 size_t i = 0;
                 const char *name;
                 const void *v;
@@ -149,13 +147,13 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
         }
         rd_kafka_header_add(h, "inferd-error", -1, code, -1);
         rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
-        if (m->len >= p->dlq_cut_bytes)
+        if (s->len >= p->dlq_cut_bytes)
                 r = -EMSGSIZE;  /* the broker refused one this large */
         else
-                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, m->payload, m->len, h, t, &err);
+                r = kafka_produce(p->kafka, p->dlq_topic, s->key, s->key_len, s->value, s->len, h, t, &err);
         if (r == -EMSGSIZE) {
                 /* Too large whole: without the value (dlq.h). h stays ours. */
-                r = pipeline_dlq_produce_cut(p, m->key, m->key_len, h, m->len, t, &err);
+                r = pipeline_dlq_produce_cut(p, s->key, s->key_len, h, s->len, t, &err);
                 if (r == 0) {
                         rd_kafka_headers_destroy(h);
                         omitted = true;
@@ -167,13 +165,12 @@ static int pipeline_dead_letter(pipeline_t *p, rd_kafka_message_t *m, const char
                 goto fail;
         }
         /* h (or its cut copy) and t belong to librdkafka now. */
-        t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, m) : part_id;
+        t->part_id = part_id == PIPELINE_TRACK_NOW ? pipeline_track(p, s) : part_id;
         pipeline_count_dlq(p, code);
-        log_warning_f(((log_fields_t){ LOG_TOPIC(rd_kafka_topic_name(m->rkt)), LOG_PARTITION(m->partition),
-                                       LOG_OFFSET(m->offset), LOG_ERROR_CODE(code) }),
+        log_warning_f(((log_fields_t){ LOG_TOPIC(s->topic), LOG_PARTITION(s->partition), LOG_OFFSET(s->offset),
+                                       LOG_ERROR_CODE(code) }),
                       "Record refused, sent to '%s'%s: %s", p->dlq_topic,
                       omitted ? " without its value (too large for the DLQ)" : "", detail);
-        rd_kafka_message_destroy(m);
         return 0;
 fail:
         if (h)
@@ -185,8 +182,11 @@ fail:
 /* A record refused as it is taken (its type, or its age): its DLQ copy, and
  * the same returns as pipeline_take's. */
 int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
-        int r = pipeline_dead_letter(p, m, code, detail, PIPELINE_TRACK_NOW);
+        pipeline_source_t s;
+        int r;
 
+        pipeline_source_of(&s, m);
+        r = pipeline_dead_letter(p, &s, code, detail, PIPELINE_TRACK_NOW);
         if (r == -ENOBUFS)
                 return r;
         if (r == -ECANCELED) {
@@ -198,24 +198,27 @@ int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code
         if (r < 0) {
                 /* Tracked and never done: no later offset of its
                  * partition is stored, so it is redelivered. */
-                pipeline_track(p, m);
+                pipeline_track(p, &s);
                 rd_kafka_message_destroy(m);
                 pipeline_fail(p, 1);
                 return 0;
         }
+        rd_kafka_message_destroy(m);
         p->records_in++;
         return 0;
 }
 
 int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const char *code, const char *detail) {
-        int r = pipeline_dead_letter(p, *mp, code, detail, tag);
+        pipeline_source_t s;
+        int r;
 
-        if (r == -ECANCELED) {
+        pipeline_source_of(&s, *mp);
+        r = pipeline_dead_letter(p, &s, code, detail, tag);
+        if (r == 0 || r == -ECANCELED) {
                 rd_kafka_message_destroy(*mp);
+                *mp = NULL;
                 r = 0;
         }
-        if (r == 0)
-                *mp = NULL;
         return r;
 }
 
@@ -229,7 +232,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
         const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
         size_t pos = pipeline_pos(p, slot, i);
-        rd_kafka_message_t *m = e->msg;
+        pipeline_source_t *src = e->msg;
         rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
@@ -237,14 +240,20 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         int len, r;
 
         if (!engine_topk_is_finite(scores)) {
-                r = pipeline_produce_dead(p, &m, e->tag, RECORD_ERR_NON_FINITE_OUTPUT,
-                                          "the model's output for this record is not finite (a NaN or infinite "
-                                          "logit), so it has no prediction");
-                e->msg = m;     /* NULL once it left */
-                return r;
+                r = pipeline_dead_letter(p, src, RECORD_ERR_NON_FINITE_OUTPUT,
+                                         "the model's output for this record is not finite (a NaN or infinite "
+                                         "logit), so it has no prediction",
+                                         e->tag);
+                if (r < 0 && r != -ECANCELED)
+                        return r;       /* it stays */
+                /* Sent, or exactly-once and the transaction doomed: the
+                 * rewind after the abort brings it back. */
+                pipeline_source_release(src);
+                e->msg = NULL;
+                return 0;
         }
-        h = pipeline_source_headers(p, m);
-        t = pipeline_ticket_new(m, false);
+        h = pipeline_source_headers(p, src);
+        t = pipeline_ticket_new(src, false);
         if (t) {
                 t->times = p->times[pos];
                 t->timed = t->timestamp_ms >= 0;
@@ -260,11 +269,11 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         len = prediction_format(&json, scores, p->top_k, (double)(t_now - p->times[pos].taken_us) / 1000.0, &p->meta);
         if (!h || !t || len < 0) {
                 r = -ENOMEM;
-                log_error("Failed to format the prediction of offset %" PRId64 ": %s", m->offset, strerror(ENOMEM));
+                log_error("Failed to format the prediction of offset %" PRId64 ": %s", src->offset, strerror(ENOMEM));
                 goto fail;
         }
         t->part_id = e->tag;
-        r = kafka_produce(p->kafka, p->output_topic, m->key, m->key_len, json, (size_t)len, h, t, &err);
+        r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json, (size_t)len, h, t, &err);
         free(json);
         json = NULL;
         if (r == -ECANCELED) {
@@ -272,7 +281,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                  * rewind after the abort brings the record back. */
                 rd_kafka_headers_destroy(h);
                 free(t);
-                rd_kafka_message_destroy(m);
+                pipeline_source_release(src);
                 e->msg = NULL;
                 return 0;
         }
@@ -282,7 +291,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 goto fail;
         }
         /* h and t belong to librdkafka now. */
-        rd_kafka_message_destroy(m);
+        pipeline_source_release(src);
         e->msg = NULL;
         p->predictions_out++;
         return 0;

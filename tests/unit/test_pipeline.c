@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/record.h"
+#include "daemon/pipeline_priv.h"
 #include "pipeline_harness.h"
 #include "unit.h"
 
@@ -648,6 +649,110 @@ static void test_pipeline_two_content_types_refused(void) {
         tp_teardown(&t);
 }
 
+/* Consumes the first n records of tp.in's partition 0 (assigned, no
+ * group), into ms, with a consumer of its own (*rkp, to be destroyed after
+ * the messages). Returns how many came. */
+static int tp_consume_direct(const char *bootstraps, rd_kafka_message_t **ms, int n, rd_kafka_t **rkp) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_topic_partition_list_t *parts;
+        rd_kafka_t *rk;
+        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
+        char why[256];
+        int got = 0;
+
+        /* rd_kafka_consumer_poll needs a group.id; assigned, it joins none. */
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "group.id", "tp-direct", why, sizeof(why)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "enable.auto.commit", "false", why, sizeof(why)) != RD_KAFKA_CONF_OK) {
+                rd_kafka_conf_destroy(conf);
+                return 0;
+        }
+        *rkp = rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why));
+        if (!rk) {
+                rd_kafka_conf_destroy(conf);
+                return 0;
+        }
+        parts = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(parts, "tp.in", 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+        rd_kafka_assign(rk, parts);
+        rd_kafka_topic_partition_list_destroy(parts);
+        while (got < n && pipeline_now_us() < end) {
+                rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+
+                if (m && !m->err)
+                        ms[got++] = m;
+                else if (m)
+                        rd_kafka_message_destroy(m);
+        }
+        return got;
+}
+
+/* A record placed in a slot lets its librdkafka message go
+ * (pipeline_source.c): its topic, partition, offset, timestamp, key and
+ * headers are copied, and its value is the slot's copy. A record whose
+ * value is not in the slot (a decoded one) keeps its message whole. */
+static void test_pipeline_source_lets_the_message_go(void) {
+        static const char v0[] = "0123456789abcdef", v1[] = "no headers";
+        const void *values[] = { v0, v1 };
+        const size_t lens[] = { sizeof(v0) - 1, sizeof(v1) - 1 };
+        const char *types[] = { "image/x-test", NULL };
+        rd_kafka_message_t *ms[2];
+        rd_kafka_t *rk = NULL;
+        pipeline_source_t s;
+        unsigned char slot[32];
+        const void *v;
+        size_t len;
+        int got;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 2, values, lens, types), 0);
+        got = tp_consume_direct(t.cfg->kafka.brokers, ms, 2, &rk);
+        if (got != 2) {
+                CU_FAIL("the two records were not consumed");
+                while (got > 0)
+                        rd_kafka_message_destroy(ms[--got]);
+                if (rk)
+                        rd_kafka_destroy(rk);
+                tp_teardown(&t);
+                return;
+        }
+
+        /* Let go: a copy of what the outputs read, the value the slot's. */
+        memcpy(slot, ms[0]->payload, ms[0]->len);
+        pipeline_source_keep(&s, ms[0], slot, lens[0]);
+        CU_ASSERT_PTR_NULL(s.msg);
+        CU_ASSERT_STRING_EQUAL(s.topic, "tp.in");
+        CU_ASSERT_EQUAL(s.partition, 0);
+        CU_ASSERT_EQUAL(s.offset, 0);
+        CU_ASSERT(s.timestamp_ms > 0);
+        CU_ASSERT_EQUAL(s.key_len, 2);
+        CU_ASSERT(s.key && memcmp(s.key, "k0", 2) == 0);
+        CU_ASSERT_PTR_EQUAL(s.value, slot);
+        CU_ASSERT_EQUAL(s.len, lens[0]);
+        CU_ASSERT_FATAL(s.headers != NULL);
+        CU_ASSERT_EQUAL(rd_kafka_header_get_last(s.headers, "content-type", &v, &len), RD_KAFKA_RESP_ERR_NO_ERROR);
+        CU_ASSERT(len == strlen(types[0]) && memcmp(v, types[0], len) == 0);
+        pipeline_source_release(&s);
+        CU_ASSERT(s.msg == NULL && s.copied == NULL && s.copied_headers == NULL && s.topic == NULL);
+        pipeline_source_release(&s);    /* empty: a no-op */
+
+        /* Kept whole: the value is the message's own; no headers. */
+        pipeline_source_keep(&s, ms[1], NULL, 0);
+        CU_ASSERT_PTR_EQUAL(s.msg, ms[1]);
+        CU_ASSERT_PTR_EQUAL(s.value, ms[1]->payload);
+        CU_ASSERT_EQUAL(s.len, lens[1]);
+        CU_ASSERT_EQUAL(s.offset, 1);
+        CU_ASSERT(s.key && memcmp(s.key, "k1", 2) == 0);
+        CU_ASSERT_PTR_NULL(s.headers);
+        CU_ASSERT_PTR_NULL(s.copied);
+        pipeline_source_release(&s);
+        CU_ASSERT_PTR_NULL(s.msg);
+        rd_kafka_destroy(rk);
+        tp_teardown(&t);
+}
+
 int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
@@ -665,6 +770,7 @@ int test_pipeline_register(void) {
                 { "dlq_big_header", test_pipeline_dlq_big_header },
                 { "dlq_broker_refuses_size", test_pipeline_dlq_broker_refuses_size },
                 { "two_content_types_refused", test_pipeline_two_content_types_refused },
+                { "source_lets_the_message_go", test_pipeline_source_lets_the_message_go },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline", tests);
