@@ -151,7 +151,7 @@ int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectim
          * no room for a record of either format (below). */
         dst = engine_slot_place(p->engine, slot, idx, fmt);
         assert(dst && len == pack_row_bytes(fmt));
-        memcpy(dst, bytes, len);
+        engine_slot_copy(dst, bytes, len);
         /* A raw record's value is the slot's copy from now on, and its
          * message goes back to librdkafka (pipeline_source.c). */
         e->msg = &p->sources[pipeline_pos(p, slot, idx)];

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/units.h"
 
@@ -289,6 +292,42 @@ void *engine_slot_place(engine_t *e, int slot, int i, record_format_t f) {
                 return NULL;
         e->formats[at] = f;
         return (char *)e->ops->slot_input(e, slot) + e->offsets[at];
+}
+
+/* Streaming (non-temporal) stores: the bytes go to memory through the
+ * write-combining buffers, without reading the destination's lines first and
+ * without evicting the copying thread's cache, whose source lines the
+ * consumer's broker thread decompresses into again next. */
+void engine_slot_copy(void *dst, const void *src, size_t len) {
+#if defined(__SSE2__)
+        unsigned char *d = dst;
+        const unsigned char *s = src;
+        size_t head = (size_t)(-(uintptr_t)d & 63);
+
+        if (len < ENGINE_SLOT_COPY_STREAM_MIN + head) {
+                memcpy(dst, src, len);
+                return;
+        }
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        len -= head;
+        for (; len >= 64; d += 64, s += 64, len -= 64) {
+                __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16)),
+                        c = _mm_loadu_si128((const __m128i *)(s + 32)), x = _mm_loadu_si128((const __m128i *)(s + 48));
+
+                _mm_stream_si128((__m128i *)d, a);
+                _mm_stream_si128((__m128i *)(d + 16), b);
+                _mm_stream_si128((__m128i *)(d + 32), c);
+                _mm_stream_si128((__m128i *)(d + 48), x);
+        }
+        memcpy(d, s, len);
+        /* Streaming stores are weakly ordered: done before the slot is
+         * submitted (another thread, or the device's DMA, reads it). */
+        _mm_sfence();
+#else
+        memcpy(dst, src, len);
+#endif
 }
 
 int engine_slot_has_room(const engine_t *e, int slot) {

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -600,9 +601,41 @@ static void test_engine_cpu_onednn_memory_within_plan(void) {
         free(out);
 }
 
+/* engine_slot_copy writes what memcpy writes, and nothing around it: short
+ * copies (memcpy's), long ones (streaming stores) from every alignment of
+ * source and destination, with a tail of every length. */
+static void test_engine_cpu_slot_copy_is_memcpy(void) {
+        const size_t lens[] = { 0, 1, 63, 4095, ENGINE_SLOT_COPY_STREAM_MIN, ENGINE_SLOT_COPY_STREAM_MIN + 63,
+                                150528, 150528 + 37 };
+        const size_t room = 150528 + 256;
+        unsigned char *src = malloc(room), *got = malloc(room), *want = malloc(room);
+
+        CU_ASSERT_FATAL(src && got && want);
+        for (size_t i = 0; i < room; i++)
+                src[i] = (unsigned char)(i * 131 + 7);
+        for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+                for (size_t so = 0; so < 64; so += 9)
+                        for (size_t d = 0; d < 64; d += 13) {
+                                memset(got, 0xa5, room);
+                                memset(want, 0xa5, room);
+                                memcpy(want + d, src + so, lens[l]);
+                                engine_slot_copy(got + d, src + so, lens[l]);
+                                if (memcmp(got, want, room) != 0) {
+                                        CU_FAIL("engine_slot_copy differs from memcpy");
+                                        fprintf(stderr, "  len %zu, source +%zu, destination +%zu\n", lens[l], so, d);
+                                        goto out;
+                                }
+                        }
+out:
+        free(src);
+        free(got);
+        free(want);
+}
+
 int test_engine_cpu_register(void) {
         static CU_TestInfo tests[] = {
                 { "result_independent_of_batch", test_engine_cpu_result_independent_of_batch },
+                { "slot_copy_is_memcpy", test_engine_cpu_slot_copy_is_memcpy },
                 { "marks_nonfinite_rows", test_engine_cpu_marks_nonfinite_rows },
                 { "marks_rows_of_overflowing_weights", test_engine_cpu_marks_rows_of_overflowing_weights },
                 { "completion_fd", test_engine_cpu_completion_fd },
