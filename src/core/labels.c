@@ -78,6 +78,10 @@ fail:
         return r;
 }
 
+int labels_count(const labels_t *l) {
+        return l ? l->count : 0;
+}
+
 const char *labels_get(const labels_t *l, int i) {
         if (!l || i < 0 || i >= l->count)
                 return NULL;

@@ -19,5 +19,7 @@ void labels_free(labels_t *l);
 
 /* The name of class i, or NULL when l is NULL or i is out of range. */
 const char *labels_get(const labels_t *l, int i);
+/* The classes l names (0 for NULL). */
+int labels_count(const labels_t *l);
 
 #endif

@@ -416,6 +416,7 @@ void pipeline_free(pipeline_t *p) {
                 }
         batch_free(p->batch);
         free(p->sources);
+        prediction_encoder_free(p->encoder);
         free(p->slot_produced);
         free(p->slot_submitted_us);
         free(p->times);
@@ -497,6 +498,7 @@ int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *pre
                 return -EBUSY;
         p->meta.model_id = model_id;
         p->meta.precision = precision;
+        pipeline_meta_changed(p);
         pipeline_set_max_batch(p, max_batch);
         /* A model of fewer classes may have lowered the engine's top-k. */
         p->engine_top_k = engine_plan_of(p->engine)->top_k;
@@ -507,6 +509,7 @@ int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *pre
 
 void pipeline_set_labels(pipeline_t *p, const labels_t *labels) {
         p->meta.labels = labels;
+        pipeline_meta_changed(p);
 }
 
 void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {

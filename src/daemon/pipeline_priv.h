@@ -64,6 +64,7 @@ struct pipeline {
         const char *dlq_topic;          /* borrowed */
         batch_t *batch;                 /* owned; the slots' entries own their messages */
         prediction_meta_t meta;
+        prediction_encoder_t *encoder;  /* owned: meta's strings encoded; NULL: made at the next prediction */
         int engine_top_k;               /* the top-k the engine computes (a live top_k may only go below) */
         int top_k;                      /* live */
         int max_delay_ms;               /* live */
@@ -138,6 +139,16 @@ struct pipeline {
 /* Asks the owner to stop with a failure; the caller has logged why. */
 static inline void pipeline_fail(pipeline_t *p, int status) {
         p->ops.fail(p->userdata, status);
+}
+
+/* A prediction's JSON on the stack up to this length (a top-5 is about 350
+ * bytes with the model's id; longer labels go to the heap). */
+#define PIPELINE_JSON_LINE 1024
+
+/* The meta's strings or labels changed: the encoder is made again. */
+static inline void pipeline_meta_changed(pipeline_t *p) {
+        prediction_encoder_free(p->encoder);
+        p->encoder = NULL;
 }
 
 /* Position i of slot in the (depth, capacity) arrays times and sources. */

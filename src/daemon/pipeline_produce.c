@@ -222,6 +222,24 @@ int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const
         return r;
 }
 
+/* A prediction's JSON (scores: its top-k) into line (size bytes), or into
+ * a malloc'd *big when it is longer. Returns its length, or -ENOMEM. The
+ * encoder is made again after the meta changed (pipeline_meta_changed). */
+static int pipeline_prediction_json(pipeline_t *p, char *line, size_t size, char **big, const engine_topk_t *scores,
+                                    double latency_ms) {
+        int n;
+
+        *big = NULL;
+        if (!p->encoder && prediction_encoder_new(&p->encoder, &p->meta) < 0)
+                return -ENOMEM;
+        n = prediction_encode(p->encoder, line, size, scores, p->top_k, latency_ms);
+        if (n < 0 || (size_t)n < size)
+                return n < 0 ? -ENOMEM : n;
+        if (!(*big = malloc((size_t)n + 1)))
+                return -ENOMEM;
+        return prediction_encode(p->encoder, *big, (size_t)n + 1, scores, p->top_k, latency_ms);
+}
+
 /* Produces position i of a DONE slot: its prediction (top: the slot's
  * results, (n, engine_top_k)), or its DLQ copy when its output is not
  * finite. t_now is when the slot's
@@ -236,7 +254,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
-        char *json = NULL;
+        char line[PIPELINE_JSON_LINE], *json = NULL;
         int len, r;
 
         if (!engine_topk_is_finite(scores)) {
@@ -266,14 +284,16 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
                         rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
         }
-        len = prediction_format(&json, scores, p->top_k, (double)(t_now - p->times[pos].taken_us) / 1000.0, &p->meta);
+        len = pipeline_prediction_json(p, line, sizeof(line), &json, scores,
+                                       (double)(t_now - p->times[pos].taken_us) / 1000.0);
         if (!h || !t || len < 0) {
                 r = -ENOMEM;
                 log_error("Failed to format the prediction of offset %" PRId64 ": %s", src->offset, strerror(ENOMEM));
                 goto fail;
         }
         t->part_id = e->tag;
-        r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json, (size_t)len, h, t, &err);
+        r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len, h, t,
+                          &err);
         free(json);
         json = NULL;
         if (r == -ECANCELED) {

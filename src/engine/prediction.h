@@ -24,8 +24,24 @@ typedef struct prediction_meta {
         const labels_t *labels; /* NULL to leave out "label" */
 } prediction_meta_t;
 
-/* Formats one prediction of k classes into a malloc'd NUL-terminated string
- * (no trailing newline) in *ret. Returns its length, or -ENOMEM. */
+/* What of a prediction stays the same from record to record (meta's
+ * strings and labels), encoded once: made for a meta, it borrows nothing of
+ * it. Not thread-safe (one encoder a thread). */
+typedef struct prediction_encoder prediction_encoder_t;
+
+/* 0, or -ENOMEM. */
+int prediction_encoder_new(prediction_encoder_t **ret, const prediction_meta_t *meta);
+/* NULL is a no-op. */
+void prediction_encoder_free(prediction_encoder_t *e);
+
+/* Writes one prediction of k classes into buf as snprintf does (at most
+ * size bytes with the NUL; no trailing newline) and returns the length it
+ * has, whether it fitted or not, or -EOVERFLOW. */
+int prediction_encode(prediction_encoder_t *e, char *buf, size_t size, const engine_topk_t *top, int k,
+                      double latency_ms);
+
+/* The same into a malloc'd NUL-terminated string in *ret, with an encoder
+ * made for the call. Returns its length, or -ENOMEM. */
 int prediction_format(char **ret, const engine_topk_t *top, int k, double latency_ms,
                       const prediction_meta_t *meta);
 
