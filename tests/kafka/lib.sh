@@ -139,40 +139,44 @@ kt_wait_exit() {
 
 # kt_long_batches INI...: the hold tests' engine (tests/kafka's
 # hold-rebalance-*, tests/kafka-real's hold joins): batches on one engine
-# thread that take about 2 s whatever the machine, so that a hold outlasts
-# PIPELINE_HOLD_MAX_US (1 s) and pauses fetching (only then is the consumer
-# queue, where a rebalance waits, served during the hold: with batches under
-# a second the holds end without pausing and the revoke always comes between
-# them); the host budget they need; and a 30 s session, which the revoke's
-# wait (a batch or two) must not outlast. A fixed batch of 32 took 1.1 s and
-# more on the machines of its day and 0.99 s on a Zen 5 core, so the batch
-# is sized from the engine's rate measured here once per suite
-# (kt_long_batch). Sets KT_HOLD_BACKLOG, the hold tests' input: four
-# batches (two slots' worth, a held record, and more behind them).
+# thread that take about KT_BATCH_SECONDS (2 unless set) whatever the
+# machine, so that a hold outlasts PIPELINE_HOLD_MAX_US (1 s) and pauses
+# fetching (only then is the consumer queue, where a rebalance waits, served
+# during the hold: with batches under a second the holds end without pausing
+# and the revoke always comes between them); the host budget they need; and
+# a 30 s session, which the revoke's wait (a batch or two) must not outlast.
+# A fixed batch of 32 took 1.1 s and more on the machines of its day and
+# 0.99 s on a Zen 5 core, so the batch is sized from the engine's rate
+# measured here once per suite (kt_long_batch). Sets KT_HOLD_BACKLOG, the
+# hold tests' input: four batches (two slots' worth, a held record, and more
+# behind them).
 kt_long_batches() {
-        kt_long_batch
+        kt_long_batch "${KT_BATCH_SECONDS:-2}"
         KT_HOLD_BACKLOG=$((4 * KT_LONG_BATCH))
         sed -i -e "s/^max_batch = 4$/max_batch = $KT_LONG_BATCH/" \
                 -e 's/^session.timeout.ms = 6000$/session.timeout.ms = 30000/' \
                 -e 's/^host_budget = 256MiB$/host_budget = 2GiB/' -e 's/^backend = cpu$/backend = cpu\nthreads = 1/' "$@"
 }
 
-# kt_long_batch: sets KT_LONG_BATCH, the power of two from 32 to 128 nearest
-# above what one engine thread does in 2 s (inferd-run --bench on the
-# suite's model, batch 32, one thread), and says so; 32 if it cannot tell.
+# kt_long_batch SECONDS: sets KT_LONG_BATCH, the power of two from 32 to 512
+# nearest above what one engine thread does in SECONDS (inferd-run --bench on
+# the suite's model, batch 32, one thread, measured once per suite into
+# KT_ENGINE_RATE), and says so; 32 if it cannot tell.
 kt_long_batch() {
-        local j rate
-        [ -n "${KT_LONG_BATCH:-}" ] && return 0
-        j=$(OMP_NUM_THREADS=1 "$BUILD/inferd-run" --bench 2 --batch 32 --backend cpu --precision fp32 \
-                --weights "$KT_WEIGHTS" 2>/dev/null)
-        rate=$(sed -n 's/.*"images_per_second":\([0-9.]*\).*/\1/p' <<<"$j")
+        local j
+        if [ -z "${KT_ENGINE_RATE+set}" ]; then
+                j=$(OMP_NUM_THREADS=1 "$BUILD/inferd-run" --bench 2 --batch 32 --backend cpu --precision fp32 \
+                        --weights "$KT_WEIGHTS" 2>/dev/null)
+                KT_ENGINE_RATE=$(sed -n 's/.*"images_per_second":\([0-9.]*\).*/\1/p' <<<"$j")
+        fi
         KT_LONG_BATCH=32
-        if [ -n "$rate" ]; then
-                while [ $KT_LONG_BATCH -lt 128 ] && awk -v r="$rate" -v b=$KT_LONG_BATCH 'BEGIN { exit !(b < 2 * r) }'; do
+        if [ -n "$KT_ENGINE_RATE" ]; then
+                while [ $KT_LONG_BATCH -lt 512 ] &&
+                      awk -v r="$KT_ENGINE_RATE" -v b=$KT_LONG_BATCH -v s="$1" 'BEGIN { exit !(b < s * r) }'; do
                         KT_LONG_BATCH=$((KT_LONG_BATCH * 2))
                 done
         fi
-        echo "   hold tests: one engine thread does ${rate:-?} images/s here: batches of $KT_LONG_BATCH" >&2
+        echo "   hold tests: one engine thread does ${KT_ENGINE_RATE:-?} images/s here: batches of $KT_LONG_BATCH (about $1 s)" >&2
 }
 
 # kt_wait_log NAME PATTERN SECONDS
