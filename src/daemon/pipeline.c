@@ -154,8 +154,7 @@ int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectim
         engine_slot_copy(dst, bytes, len);
         /* A raw record's value is the slot's copy from now on, and its
          * message goes back to librdkafka (pipeline_source.c). */
-        e->msg = &p->sources[pipeline_pos(p, slot, idx)];
-        pipeline_source_keep(e->msg, msg, bytes == msg->payload ? dst : NULL, len);
+        pipeline_source_keep(&p->sources[pipeline_pos(p, slot, idx)], msg, bytes == msg->payload ? dst : NULL, len);
         /* Full by count, or by bytes (the next record could be float32). */
         if (full || !engine_slot_has_room(p->engine, slot))
                 pipeline_submit_ready(p, slot);
@@ -407,13 +406,10 @@ void pipeline_free(pipeline_t *p) {
         if (!p)
                 return;
         pipeline_held_drop(p, NULL);
-        if (p->batch && p->sources)
-                for (int s = 0; s < batch_depth(p->batch); s++) {
-                        if (batch_slot_state(p->batch, s) == BATCH_SLOT_FREE)
-                                continue;
-                        for (int i = 0; i < batch_slot_count(p->batch, s); i++)
-                                pipeline_source_release(&p->sources[pipeline_pos(p, s, i)]);
-                }
+        /* The records still in slots (released positions are empty). */
+        if (p->sources)
+                for (size_t i = 0; i < (size_t)batch_depth(p->batch) * (size_t)p->capacity; i++)
+                        pipeline_source_release(&p->sources[i]);
         batch_free(p->batch);
         free(p->sources);
         prediction_encoder_free(p->encoder);

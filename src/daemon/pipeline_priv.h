@@ -62,7 +62,7 @@ struct pipeline {
         batch_offsets_t *offsets;       /* borrowed */
         const char *output_topic;       /* borrowed */
         const char *dlq_topic;          /* borrowed */
-        batch_t *batch;                 /* owned; the slots' entries own their messages */
+        batch_t *batch;                 /* owned; its positions' records are in sources */
         prediction_meta_t meta;
         prediction_encoder_t *encoder;  /* owned: meta's strings encoded; NULL: made at the next prediction */
         int engine_top_k;               /* the top-k the engine computes (a live top_k may only go below) */

@@ -250,7 +250,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
         const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
         size_t pos = pipeline_pos(p, slot, i);
-        pipeline_source_t *src = e->msg;
+        pipeline_source_t *src = &p->sources[pos];
         rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
@@ -267,7 +267,6 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 /* Sent, or exactly-once and the transaction doomed: the
                  * rewind after the abort brings it back. */
                 pipeline_source_release(src);
-                e->msg = NULL;
                 return 0;
         }
         h = pipeline_source_headers(p, src);
@@ -302,7 +301,6 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 rd_kafka_headers_destroy(h);
                 free(t);
                 pipeline_source_release(src);
-                e->msg = NULL;
                 return 0;
         }
         if (r < 0) {
@@ -312,7 +310,6 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         }
         /* h and t belong to librdkafka now. */
         pipeline_source_release(src);
-        e->msg = NULL;
         p->predictions_out++;
         return 0;
 fail:

@@ -197,8 +197,8 @@ void *engine_slot_place(engine_t *e, int slot, int i, record_format_t f);
  * DMA or the engine's preprocessing does), so the slot's lines are neither
  * read first nor kept in the cache, which stays with the records still to
  * come. On the mock broker the consumer's broker thread, which decompresses
- * them, took 8% less CPU a record than beside memcpy (docs/perf.md, "The
- * slot copy"). */
+ * them, took 7% less CPU a record than beside memcpy (docs/perf.md, "Issue
+ * 18 after the slots let their messages go..."). */
 #define ENGINE_SLOT_COPY_STREAM_MIN 4096
 void engine_slot_copy(void *dst, const void *src, size_t len);
 

@@ -6,7 +6,8 @@
  * record (the model, backend, precision, instance, input, and each class's
  * label) are encoded once, when the encoder is made: building and dumping a
  * whole jansson tree for each record took 3.7 us, a fifth of what the
- * event loop spends on a record (docs/perf.md, "The prediction's JSON"). */
+ * event loop spends on a record (docs/perf.md, "Issue 18 after the slots let
+ * their messages go..."). */
 #include "engine/prediction.h"
 
 #include <errno.h>
@@ -26,8 +27,8 @@ static double prediction_round(double v, double scale) {
 #define PREDICTION_JSON_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(7))
 
 struct prediction_encoder {
-        char *middle;           /* ],"model":...[,"backend":...][,"precision":...][,"instance":...] */
-        char *end;              /* [,"input":...]} */
+        char *middle;           /* ,"model":...[,"backend":...][,"precision":...][,"instance":...] */
+        char *end;              /* ,"input":... or NULL */
         char **labels;          /* (n_labels) ,"label":"..." for each class; NULL: none */
         int n_labels;
         json_t *real;           /* reused: jansson writes each number */
@@ -66,7 +67,6 @@ void prediction_encoder_free(prediction_encoder_t *e) {
 
 int prediction_encoder_new(prediction_encoder_t **ret, const prediction_meta_t *meta) {
         prediction_encoder_t *e = calloc(1, sizeof(*e));
-        char *tail = NULL;
 
         if (!e)
                 return -ENOMEM;
@@ -82,18 +82,6 @@ int prediction_encoder_new(prediction_encoder_t **ret, const prediction_meta_t *
             (meta->instance && !prediction_append(&e->middle, "instance", json_string(meta->instance))) ||
             (meta->input && !prediction_append(&e->end, "input", json_string(meta->input))))
                 goto fail;
-        if (asprintf(&tail, "]%s", e->middle ? e->middle : "") < 0) {
-                tail = NULL;
-                goto fail;
-        }
-        free(e->middle);
-        e->middle = tail;
-        if (asprintf(&tail, "%s}", e->end ? e->end : "") < 0) {
-                tail = NULL;
-                goto fail;
-        }
-        free(e->end);
-        e->end = tail;
         e->n_labels = labels_count(meta->labels);
         if (e->n_labels > 0 && !(e->labels = calloc((size_t)e->n_labels, sizeof(char *))))
                 goto fail;
@@ -162,9 +150,12 @@ int prediction_encode(prediction_encoder_t *e, char *buf, size_t size, const eng
                 prediction_put_real(&o, e, ",\"score\":", prediction_round(top[i].score, 1e6));
                 prediction_put(&o, "}", 1);
         }
-        prediction_put_str(&o, e->middle);
+        prediction_put(&o, "]", 1);
+        prediction_put_str(&o, e->middle);     /* "model" always, so never NULL */
         prediction_put_real(&o, e, ",\"latency_ms\":", prediction_round(latency_ms, 1e3));
-        prediction_put_str(&o, e->end);
+        if (e->end)
+                prediction_put_str(&o, e->end);
+        prediction_put(&o, "}", 1);
         if (size > 0)
                 buf[o.len < size ? o.len : size - 1] = '\0';
         return o.len > INT32_MAX ? -EOVERFLOW : (int)o.len;
