@@ -37,6 +37,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "core/units.h"
 #include "engine/engine.h"
 
 typedef struct bench_opts {
@@ -62,18 +63,6 @@ static void usage(FILE *f) {
                 "Reads N records of TOPIC from the beginning in GROUP and copies each value into a\n"
                 "ring of S x B staging places (the pipeline's slot copy); prints records/s from the\n"
                 "first record to the N-th. Defaults: --copy slot, --batch 64, --slots 2, --timeout-s 60.\n");
-}
-
-static int parse_long(const char *s, long min, long max, long *ret) {
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max)
-                return -EINVAL;
-        *ret = v;
-        return 0;
 }
 
 static double now_s(void) {
@@ -168,7 +157,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o, rd_kafka_conf_t *c
                 case 't': o->topic = optarg; break;
                 case 'g': o->group = optarg; break;
                 case 'n':
-                        if (parse_long(optarg, 1, 1000000000L, &o->count) < 0)
+                        if (units_parse_long(optarg, 1, 1000000000L, &o->count) < 0)
                                 goto bad;
                         break;
                 case 'C':
@@ -177,16 +166,16 @@ static int parse_args(int argc, char **argv, bench_opts_t *o, rd_kafka_conf_t *c
                         o->copy = !strcmp(optarg, "slot");
                         break;
                 case 'B':
-                        if (parse_long(optarg, 1, 4096, &o->batch) < 0)
+                        if (units_parse_long(optarg, 1, 4096, &o->batch) < 0)
                                 goto bad;
                         break;
                 case 'S':
-                        if (parse_long(optarg, 1, 64, &o->slots) < 0)
+                        if (units_parse_long(optarg, 1, 64, &o->slots) < 0)
                                 goto bad;
                         break;
                 case 'T': o->threads_out = optarg; break;
                 case 'W':
-                        if (parse_long(optarg, 1, 86400, &o->timeout_s) < 0)
+                        if (units_parse_long(optarg, 1, 86400, &o->timeout_s) < 0)
                                 goto bad;
                         break;
                 case 'X': {

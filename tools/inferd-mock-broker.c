@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
+
+#include "core/units.h"
 #include <librdkafka/rdkafka_mock.h>
 
 #define MOCK_MAX_BROKERS 16
@@ -179,12 +181,9 @@ int main(int argc, char **argv) {
         while ((c = getopt_long(argc, argv, "b:t:h", opts, NULL)) != -1) {
                 switch (c) {
                 case 'b': {
-                        char *end;
                         long n;
 
-                        errno = 0;
-                        n = strtol(optarg, &end, 10);
-                        if (errno || end == optarg || *end || n < 1 || n > MOCK_MAX_BROKERS) {
+                        if (units_parse_long(optarg, 1, MOCK_MAX_BROKERS, &n) < 0) {
                                 fprintf(stderr, "inferd-mock-broker: --brokers '%s' is not in 1..%d\n",
                                         optarg, MOCK_MAX_BROKERS);
                                 return 2;

@@ -51,6 +51,7 @@
 #include <webp/encode.h>
 
 #include "core/record.h"
+#include "core/units.h"
 #include "daemon/cfg.h"
 #include "decode/decode.h"
 
@@ -421,18 +422,6 @@ static void usage(FILE *f) {
                 "inferd-test-big of N bytes.\n");
 }
 
-static int parse_long(const char *s, long min, long max, long *ret) {
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max)
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
 static int parse_double(const char *s, double min, double max, double *ret) {
         char *end;
         double v;
@@ -682,7 +671,7 @@ int main(int argc, char **argv) {
                         o.topic = optarg;
                         break;
                 case 'n':
-                        if (parse_long(optarg, 0, 100000000, &o.count) < 0)
+                        if (units_parse_long(optarg, 0, 100000000, &o.count) < 0)
                                 goto bad_arg;
                         break;
                 case 'r':
@@ -709,7 +698,7 @@ int main(int argc, char **argv) {
                         o.images_dir = optarg;
                         break;
                 case 'A':
-                        if (parse_long(optarg, -366L * 86400 * 1000, 366L * 86400 * 1000, &o.age_ms) < 0)
+                        if (units_parse_long(optarg, -366L * 86400 * 1000, 366L * 86400 * 1000, &o.age_ms) < 0)
                                 goto bad_arg;
                         o.have_age = true;
                         break;
@@ -726,7 +715,7 @@ int main(int argc, char **argv) {
                         o.keys = optarg;
                         break;
                 case 's':
-                        if (parse_long(optarg, 0, LONG_MAX, &v) < 0)
+                        if (units_parse_long(optarg, 0, LONG_MAX, &v) < 0)
                                 goto bad_arg;
                         o.seed = (uint64_t)v;
                         break;
@@ -741,11 +730,11 @@ int main(int argc, char **argv) {
                                 goto bad_arg;
                         break;
                 case 'B':
-                        if (parse_long(optarg, 1, 16L << 20, &o.bad_bytes) < 0)
+                        if (units_parse_long(optarg, 1, 16L << 20, &o.bad_bytes) < 0)
                                 goto bad_arg;
                         break;
                 case 'E':
-                        if (parse_long(optarg, 1, 16L << 20, &o.header_bytes) < 0)
+                        if (units_parse_long(optarg, 1, 16L << 20, &o.header_bytes) < 0)
                                 goto bad_arg;
                         break;
                 case 'P':
@@ -757,7 +746,7 @@ int main(int argc, char **argv) {
                                 goto bad_arg;
                         break;
                 case 'T':
-                        if (parse_long(optarg, 1, 86400, &v) < 0)
+                        if (units_parse_long(optarg, 1, 86400, &v) < 0)
                                 goto bad_arg;
                         o.timeout_s = (int)v;
                         break;

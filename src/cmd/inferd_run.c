@@ -82,12 +82,9 @@ static void run_usage(FILE *out) {
 }
 
 static int run_parse_int(const char *opt, const char *s, int lo, int hi, int *ret) {
-        char *end;
         long v;
 
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi) {
+        if (units_parse_long(s, lo, hi, &v) < 0) {
                 fprintf(stderr, "inferd-run: %s: '%s' is not a whole number between %d and %d\n", opt, s, lo, hi);
                 return -EINVAL;
         }

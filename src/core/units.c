@@ -229,3 +229,17 @@ const char *units_format_duration_ms(uint64_t ms, char *buf, size_t len) {
                 }
         return buf;     /* not reached: the last unit divides everything */
 }
+
+int units_parse_long(const char *s, long min, long max, long *ret) {
+        char *end;
+        long v;
+
+        if (!s || !*s || isspace((unsigned char)*s))
+                return -EINVAL;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < min || v > max)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}

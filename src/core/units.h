@@ -32,6 +32,11 @@ int units_parse_listen(const char *s, char *host, size_t host_len, unsigned *por
  * than a year). */
 int units_parse_duration_ms(const char *s, uint64_t *ret_ms);
 
+/* A whole decimal number in [min, max], nothing around it ("12", "-3"; not
+ * "12x", " 12" or ""): a count on a command line. Returns 0, or -EINVAL
+ * (bad text, or outside the range). */
+int units_parse_long(const char *s, long min, long max, long *ret);
+
 /* The shortest exact text of a duration in that form ("10m", "1500ms",
  * "0"); returns buf. */
 const char *units_format_duration_ms(uint64_t ms, char *buf, size_t len);

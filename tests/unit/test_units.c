@@ -93,6 +93,26 @@ static void test_units_parse_duration(void) {
         CU_ASSERT_STRING_EQUAL(units_format_duration_ms(7200000, b, sizeof(b)), "2h");
 }
 
+static void test_units_parse_long(void) {
+        long v = 7;
+
+        CU_ASSERT_EQUAL(units_parse_long("12", 1, 100, &v), 0);
+        CU_ASSERT_EQUAL(v, 12);
+        CU_ASSERT_EQUAL(units_parse_long("-5000", -6000, 0, &v), 0);
+        CU_ASSERT_EQUAL(v, -5000);
+        CU_ASSERT_EQUAL(units_parse_long("100", 1, 100, &v), 0);
+        CU_ASSERT_EQUAL(v, 100);
+        v = 7;
+        CU_ASSERT_EQUAL(units_parse_long("101", 1, 100, &v), -EINVAL);  /* past max */
+        CU_ASSERT_EQUAL(units_parse_long("0", 1, 100, &v), -EINVAL);    /* below min */
+        CU_ASSERT_EQUAL(units_parse_long("12x", 1, 100, &v), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_long(" 12", 1, 100, &v), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_long("", 1, 100, &v), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_long(NULL, 1, 100, &v), -EINVAL);
+        CU_ASSERT_EQUAL(units_parse_long("99999999999999999999999", 1, 100, &v), -EINVAL);
+        CU_ASSERT_EQUAL(v, 7);                                          /* untouched on error */
+}
+
 int test_units_register(void) {
         static CU_TestInfo tests[] = {
                 { "parse_size", test_units_parse_size },
@@ -100,6 +120,7 @@ int test_units_register(void) {
                 { "parse_budget", test_units_parse_budget },
                 { "format_size", test_units_format_size },
                 { "parse_duration", test_units_parse_duration },
+                { "parse_long", test_units_parse_long },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("units", tests);
