@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "core/units.h"
+#include "daemon/kafka.h"
 #include "engine/engine.h"
 
 typedef struct bench_opts {
@@ -113,7 +115,7 @@ static int threads_write(const char *path) {
         while ((de = readdir(d))) {
                 char p[300], line[1024], name[64] = "";
                 unsigned long utime = 0, stime = 0;
-                char *close_paren;
+                char *open_paren, *close_paren;
                 FILE *f;
 
                 if (de->d_name[0] == '.')
@@ -128,10 +130,11 @@ static int threads_write(const char *path) {
                 }
                 fclose(f);
                 /* pid (comm) state ... utime stime: the 14th and 15th fields. */
+                open_paren = strchr(line, '(');
                 close_paren = strrchr(line, ')');
-                if (!close_paren || !strchr(line, '('))
+                if (!open_paren || !close_paren || close_paren < open_paren)
                         continue;
-                snprintf(name, sizeof name, "%.*s", (int)(close_paren - strchr(line, '(') - 1), strchr(line, '(') + 1);
+                snprintf(name, sizeof name, "%.*s", (int)(close_paren - open_paren - 1), open_paren + 1);
                 if (sscanf(close_paren + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
                         continue;
                 fprintf(out, "%s %.2f\n", name, (double)(utime + stime) / (double)hz);
@@ -178,20 +181,17 @@ static int parse_args(int argc, char **argv, bench_opts_t *o, rd_kafka_conf_t *c
                         if (units_parse_long(optarg, 1, 86400, &o->timeout_s) < 0)
                                 goto bad;
                         break;
-                case 'X': {
-                        char *eq = strchr(optarg, '=');
-
-                        if (!eq) {
-                                fprintf(stderr, "inferd-bench-consume: -X takes PROPERTY=VALUE, not '%s'\n", optarg);
-                                return -EINVAL;
-                        }
-                        *eq = '\0';
-                        if (rd_kafka_conf_set(conf, optarg, eq + 1, err, sizeof err) != RD_KAFKA_CONF_OK) {
-                                fprintf(stderr, "inferd-bench-consume: -X %s: %s\n", optarg, err);
+                case 'X':
+                        if (kafka_conf_set_pair(conf, optarg, err, sizeof err) < 0) {
+                                if (!err[0])
+                                        fprintf(stderr, "inferd-bench-consume: -X takes PROPERTY=VALUE, not '%s'\n",
+                                                optarg);
+                                else
+                                        fprintf(stderr, "inferd-bench-consume: -X %.*s: %s\n",
+                                                (int)strcspn(optarg, "="), optarg, err);
                                 return -EINVAL;
                         }
                         break;
-                }
                 case 'h': usage(stdout); return 1;
                 default: usage(stderr); return -EINVAL;
                 }
@@ -230,13 +230,14 @@ static int consume(rd_kafka_t *rk, const bench_opts_t *o, double *rate) {
                 }
                 quiet_since = now_s();
                 if (m->err) {
+                        bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL || m->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+
                         fprintf(stderr, "inferd-bench-consume: %s\n", rd_kafka_message_errstr(m));
-                        if (m->err == RD_KAFKA_RESP_ERR__FATAL || m->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC) {
-                                rd_kafka_message_destroy(m);
+                        rd_kafka_message_destroy(m);
+                        if (fatal) {
                                 r = -EIO;
                                 break;
                         }
-                        rd_kafka_message_destroy(m);
                         continue;
                 }
                 if (o->copy && m->len) {
@@ -255,8 +256,12 @@ static int consume(rd_kafka_t *rk, const bench_opts_t *o, double *rate) {
                 if (got++ == 0)
                         first = last;
         }
-        if (r == 0 && o->threads_out && threads_write(o->threads_out) < 0)
-                fprintf(stderr, "inferd-bench-consume: cannot write %s: %s\n", o->threads_out, strerror(errno));
+        if (r == 0 && o->threads_out) {
+                int w = threads_write(o->threads_out);
+
+                if (w < 0)
+                        fprintf(stderr, "inferd-bench-consume: cannot write %s: %s\n", o->threads_out, strerror(-w));
+        }
         free(ring.base);
         *rate = got > 1 && last > first ? (double)(got - 1) / (last - first) : 0;
         return r;

@@ -26,6 +26,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "daemon/cfg.h"
+#include "daemon/kafka.h"
 
 #define ADMIN_TIMEOUT_MS 30000
 
@@ -51,18 +52,13 @@ static rd_kafka_t *admin_new(rd_kafka_type_t type, const char *brokers, const ch
                 rd_kafka_conf_destroy(conf);
                 return NULL;
         }
-        for (int i = 0; i < admin_n_props; i++) {
-                char *eq = strchr(admin_props[i], '=');
-
-                *eq = '\0';
-                if (rd_kafka_conf_set(conf, admin_props[i], eq + 1, why, sizeof(why)) != RD_KAFKA_CONF_OK) {
-                        fprintf(stderr, "inferd-kafka-admin: -X %s: %s\n", admin_props[i], why);
-                        *eq = '=';
+        for (int i = 0; i < admin_n_props; i++)
+                if (kafka_conf_set_pair(conf, admin_props[i], why, sizeof(why)) < 0) {
+                        fprintf(stderr, "inferd-kafka-admin: -X %.*s: %s\n", (int)strcspn(admin_props[i], "="),
+                                admin_props[i], why);
                         rd_kafka_conf_destroy(conf);
                         return NULL;
                 }
-                *eq = '=';
-        }
         if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, why, sizeof(why)) != RD_KAFKA_CONF_OK ||
             (group && rd_kafka_conf_set(conf, "group.id", group, why, sizeof(why)) != RD_KAFKA_CONF_OK)) {
                 fprintf(stderr, "inferd-kafka-admin: %s\n", why);

@@ -53,6 +53,7 @@
 #include "core/record.h"
 #include "core/units.h"
 #include "daemon/cfg.h"
+#include "daemon/kafka.h"
 #include "decode/decode.h"
 
 typedef enum produce_kind {
@@ -750,16 +751,13 @@ int main(int argc, char **argv) {
                                 goto bad_arg;
                         o.timeout_s = (int)v;
                         break;
-                case 'X': {
-                        char *eq = strchr(optarg, '=');
-
-                        if (!eq || eq == optarg)
-                                goto bad_arg;
-                        *eq = '\0';
-                        if (rd_kafka_conf_set(conf, optarg, eq + 1, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                case 'X':
+                        if (kafka_conf_set_pair(conf, optarg, errstr, sizeof(errstr)) < 0) {
+                                if (!errstr[0])
+                                        goto bad_arg;
                                 goto bad_conf;
+                        }
                         break;
-                }
                 case 'h':
                         usage(stdout);
                         rd_kafka_conf_destroy(conf);

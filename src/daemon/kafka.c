@@ -77,6 +77,26 @@ static int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *v
         return 0;
 }
 
+int kafka_conf_set_pair(rd_kafka_conf_t *conf, const char *kv, char *why, size_t why_len) {
+        const char *eq = strchr(kv, '=');
+        char *name;
+        int r = 0;
+
+        assert(why_len > 0);
+        why[0] = '\0';
+        if (!eq || eq == kv)
+                return -EINVAL;
+        name = strndup(kv, (size_t)(eq - kv));
+        if (!name) {
+                snprintf(why, why_len, "out of memory");
+                return -ENOMEM;
+        }
+        if (rd_kafka_conf_set(conf, name, eq + 1, why, why_len) != RD_KAFKA_CONF_OK)
+                r = -EINVAL;
+        free(name);
+        return r;
+}
+
 /* kafka_conf_set for the planner's limits, which are numbers. */
 static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t value, errbuf_t *err) {
         char num[32];

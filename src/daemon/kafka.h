@@ -89,6 +89,12 @@ void kafka_free(kafka_t *k);
 
 int kafka_subscribe(kafka_t *k, errbuf_t *err);
 
+/* Sets one librdkafka property written "NAME=VALUE" (a tool's -X). Returns
+ * 0; or -EINVAL with why empty when kv is not NAME=VALUE (no '=', or no
+ * name), and -EINVAL (-ENOMEM) with librdkafka's refusal (or "out of
+ * memory") in why otherwise. kv is left as it was. */
+int kafka_conf_set_pair(rd_kafka_conf_t *conf, const char *kv, char *why, size_t why_len);
+
 /* The eventfds to wait on. Read them with kafka_fd_clear before serving. */
 int kafka_consumer_fd(const kafka_t *k);
 int kafka_producer_fd(const kafka_t *k);

@@ -485,6 +485,26 @@ static void test_kafka_txn_commit_calls_waiting(void) {
         txn_mock_close(&t);
 }
 
+/* A tool's -X NAME=VALUE: set when librdkafka takes it, its refusal in why
+ * when not, why empty when the text is not NAME=VALUE; kv left as it was. */
+static void test_kafka_conf_set_pair(void) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char kv[] = "linger.ms=7", why[256], value[32];
+        size_t value_len = sizeof(value);
+
+        CU_ASSERT_EQUAL(kafka_conf_set_pair(conf, kv, why, sizeof(why)), 0);
+        CU_ASSERT_STRING_EQUAL(kv, "linger.ms=7");
+        CU_ASSERT_EQUAL(rd_kafka_conf_get(conf, "linger.ms", value, &value_len), RD_KAFKA_CONF_OK);
+        CU_ASSERT_STRING_EQUAL(value, "7");
+        CU_ASSERT_EQUAL(kafka_conf_set_pair(conf, "no.such.property=1", why, sizeof(why)), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "no.such.property"));
+        CU_ASSERT_EQUAL(kafka_conf_set_pair(conf, "linger.ms", why, sizeof(why)), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(why, "");
+        CU_ASSERT_EQUAL(kafka_conf_set_pair(conf, "=7", why, sizeof(why)), -EINVAL);
+        CU_ASSERT_STRING_EQUAL(why, "");
+        rd_kafka_conf_destroy(conf);
+}
+
 int test_kafka_register(void) {
         static CU_TestInfo tests[] = {
                 { "limits_within_budget", test_kafka_limits_within_budget },
@@ -499,6 +519,7 @@ int test_kafka_register(void) {
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
                 { "txn_commit_calls_waiting", test_kafka_txn_commit_calls_waiting },
+                { "conf_set_pair", test_kafka_conf_set_pair },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("kafka", tests);
