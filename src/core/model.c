@@ -459,6 +459,36 @@ out:
         return r;
 }
 
+int model_drop_conv_weights(model_t *m) {
+        size_t keep = 0, at = 0;
+        float *w;
+
+        if (!m || !m->weights || m->conv_weights_dropped)
+                return 0;
+        for (int i = 0; i < m->n_ops; i++)
+                if (m->ops[i].kind == MODEL_OP_FC)
+                        keep += (size_t)m->ops[i].cout * m->ops[i].kh * m->ops[i].kw * m->ops[i].cin;
+        /* A new block, not a realloc in place: the large one goes back to
+         * the kernel whole (it is mmapped), a shrunk one might not. */
+        w = malloc((keep ? keep : 1) * sizeof(float));
+        if (!w)
+                return -ENOMEM;
+        for (int i = 0; i < m->n_ops; i++) {
+                model_op_t *op = &m->ops[i];
+                size_t n = (size_t)op->cout * op->kh * op->kw * op->cin;
+
+                if (op->kind != MODEL_OP_FC)
+                        continue;
+                memcpy(w + at, m->weights + op->w_off, n * sizeof(float));
+                op->w_off = at;
+                at += n;
+        }
+        free(m->weights);
+        m->weights = w;
+        m->conv_weights_dropped = true;
+        return 0;
+}
+
 void model_drop_host_weights(model_t *m) {
         if (!m)
                 return;

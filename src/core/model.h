@@ -23,6 +23,7 @@
 #ifndef INFERD_MODEL_H
 #define INFERD_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,9 +88,11 @@ typedef struct model {
         model_arch_t arch;
         size_t weight_elems;    /* every conv and fc weight, counted once */
         size_t bias_elems;
-        float *weights;         /* (weight_elems) folded, NULL when described only or dropped */
+        float *weights;         /* (weight_elems) folded, NULL when described only or dropped; the fc's
+                                 * blocks alone once conv_weights_dropped */
         float *biases;          /* (bias_elems) folded */
         char id[24];            /* "sha256:<first 12 hex of the file's digest>", "" when not from a file */
+        bool conv_weights_dropped; /* model_drop_conv_weights: no conv's folded weights are held */
 } model_t;
 
 /* The layer table alone, without weights: enough to plan. model_describe
@@ -136,6 +139,14 @@ int model_random_arch(model_t **ret, const model_arch_t *arch, uint64_t seed);
 /* Frees the host copy of the weights once an engine holds its own (the CUDA
  * engine after its upload), so one weight set stays resident. */
 void model_drop_host_weights(model_t *m);
+
+/* Frees the convs' folded weights once an engine holds its own copy of them
+ * (the CPU engine's, reordered for oneDNN), so one weight set stays
+ * resident: the fc's blocks move to a new allocation of their own (their
+ * w_off changes) and every bias stays. No engine can open on m after it.
+ * Returns 0 (also when already dropped or never loaded), or -ENOMEM with
+ * every block kept. */
+int model_drop_conv_weights(model_t *m);
 
 /* NULL is a no-op. */
 void model_free(model_t *m);

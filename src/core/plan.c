@@ -86,6 +86,22 @@ uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MOD
         return off;
 }
 
+uint64_t plan_cpu_model_weight_bytes(const model_t *m, bool convs) {
+        size_t off = 0;
+
+        for (int i = 0; i < m->n_ops; i++) {
+                const model_op_t *op = &m->ops[i];
+
+                if (op->kind != MODEL_OP_CONV && op->kind != MODEL_OP_FC)
+                        continue;
+                if (op->kind == MODEL_OP_FC || convs)
+                        off = plan_align(off + (size_t)op->cout * op->kh * op->kw * op->cin * sizeof(float),
+                                         PLAN_WEIGHT_ALIGN_BYTES);
+                off = plan_align(off + (size_t)op->cout * sizeof(float), PLAN_WEIGHT_ALIGN_BYTES);
+        }
+        return off;
+}
+
 int plan_residual_in_place(const model_t *m, int op_index) {
         const model_op_t *op = &m->ops[op_index];
 
@@ -366,10 +382,14 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->device_memory_bytes = req->device_memory_bytes;
         p->budget_bytes = req->budget_bytes;
         p->host_budget_bytes = req->host_budget_bytes;
-        /* The CPU engine keeps the model's folded fp32 blocks whatever its
-         * precision (its terms add the reordered copy: bf16 in bf16). */
-        p->weights_bytes = plan_weight_layout(m, req->backend == BACKEND_CPU ? PRECISION_FP32 : req->precision,
-                                              NULL, NULL);
+        /* The CPU engine keeps the model's folded fp32 biases and fc, and
+         * its convs' weights only for the reference (its terms add oneDNN's
+         * reordered copy of them: bf16 in bf16); the CUDA engine uploads
+         * every block in its precision. */
+        if (req->backend == BACKEND_CPU)
+                p->weights_bytes = plan_cpu_model_weight_bytes(m, req->cpu_reference || req->cpu_keep_conv_weights);
+        else
+                p->weights_bytes = plan_weight_layout(m, req->precision, NULL, NULL);
         r = req->terms(m, req, batch, &p->engine);
         if (r < 0)
                 return r;

@@ -269,6 +269,8 @@ typedef struct plan_request {
         uint64_t held_decode_staging_bytes; /* the pipeline's decode staging, made at start */
         bool cpu_reference;             /* the CPU engine runs cpu_ops' reference convolutions, not oneDNN's
                                          * (tests only; engine_options_t) */
+        bool cpu_keep_conv_weights;     /* the CPU engine leaves the model its folded conv weights
+                                         * (tests only; engine_options_t) */
         int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default */
 } plan_request_t;
 
@@ -360,6 +362,13 @@ int plan_residual_in_place(const model_t *m, int op_index);
  * blocks; the CUDA engine uploads into exactly this layout. */
 uint64_t plan_weight_layout(const model_t *m, precision_t p, size_t w_offset[MODEL_MAX_OPS],
                             size_t b_offset[MODEL_MAX_OPS]);
+
+/* The bytes of the model's own folded fp32 blocks that the CPU engine keeps
+ * beside its reordered copy (plan_engine_terms_t weights_copy_bytes), laid
+ * out as plan_weight_layout does: every bias and the fc's weights, and the
+ * convs' weights too when convs (the reference reads them, or a test keeps
+ * them: model_drop_conv_weights frees them otherwise). */
+uint64_t plan_cpu_model_weight_bytes(const model_t *m, bool convs);
 
 /* The engine's one arena as this plan carves it: activations, workspace and
  * staging, and the weights when engine.weights_in_arena. Without

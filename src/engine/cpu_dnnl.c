@@ -450,8 +450,8 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t 
         size_t weights_bytes = 0, offset = 0;
         int r;
 
-        if (!m->weights)
-                return errbuf_set(err, -EINVAL, "the model has no weights loaded");
+        if (!m->weights || m->conv_weights_dropped)
+                return errbuf_set(err, -EINVAL, "the model has no conv weights loaded");
         if (p != PRECISION_FP32 && p != PRECISION_BF16)
                 return errbuf_set(err, -EINVAL, "the CPU engine computes in fp32 or bf16, not %s", precision_name(p));
         r = cpu_dnnl_engine_get(&eng, err);

@@ -123,6 +123,7 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->decode_staged = o->decode_staged;
         req->cpu_threads = o->cpu_threads;
         req->cpu_reference = o->cpu_reference;
+        req->cpu_keep_conv_weights = o->cpu_keep_conv_weights;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
         return 0;
 }
@@ -145,6 +146,8 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
 
         if (!m->weights)
                 return errbuf_set(err, -EINVAL, "the model has no weights loaded");
+        if (m->conv_weights_dropped)
+                return errbuf_set(err, -EINVAL, "the model's conv weights went to another engine");
         e = calloc(1, sizeof(*e));
         if (!e)
                 return errbuf_set(err, -ENOMEM, "out of memory");
@@ -184,11 +187,12 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
 
         if (!e->ops->swap || !e->ops->swap_fits)
                 return errbuf_set(err, -EOPNOTSUPP, "the %s engine cannot swap its model in place", e->ops->name);
-        if (!next->weights)
+        if (!next->weights || next->conv_weights_dropped)
                 return errbuf_set(err, -EINVAL, "the new model has no weights loaded");
         /* The same executor, slots and results: only the weights, the
          * precision and the batch may change. */
         so.backend = e->request.backend;
+        so.cpu_keep_conv_weights = e->request.cpu_keep_conv_weights;
         so.pipeline_depth = e->plan.pipeline_depth;
         /* The top-k opened with, within the new model's classes. */
         so.top_k = e->request.top_k < next->classes ? e->request.top_k : next->classes;

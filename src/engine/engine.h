@@ -149,6 +149,9 @@ typedef struct engine_options {
                                          * (im2col + OpenBLAS) instead of oneDNN's */
         bool cpu_no_bf16;               /* tests only: the CPU engine refuses bf16 as on a CPU without
                                          * AVX512_BF16 or AMX */
+        bool cpu_keep_conv_weights;     /* tests only: the CPU engine leaves the model its folded conv
+                                         * weights after its reorder (another engine opens on the same
+                                         * model); the plan then charges them */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);

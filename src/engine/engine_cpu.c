@@ -14,9 +14,12 @@
  * the global average pool widens to fp32, and the fc (OpenBLAS, a few MFLOP)
  * and the head stay fp32, the fc writing the slot's logits directly.
  *
- * Memory: the weights stay in the model's folded fp32 blocks (counted once by
- * the plan), and oneDNN's reordered copy beside them (the plan's
- * weights_copy_bytes: bf16 in bf16), with the code oneDNN generates for its
+ * Memory: one weight set. oneDNN's reordered copy of the convs' weights (the
+ * plan's weights_copy_bytes: bf16 in bf16) replaces the model's folded fp32
+ * blocks of them, which open frees once the reorder is done
+ * (model_drop_conv_weights; the reference, which reads them, and tests that
+ * open a second engine on the model keep them); the fc's fp32 weights and
+ * every bias stay in the model's blocks. With them, the code oneDNN generates for its
  * primitives (the plan's context term: CPU_DNNL_KERNEL_BYTES_EACH a
  * primitive, a measured bound); one arena holds the activations at
  * max_batch in the precision (placed by the plan, which this engine's terms
@@ -317,8 +320,10 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
                 }
                 switch (op->kind) {
                 case MODEL_OP_CONV:
-                        /* The reference's plan keeps the output off its residual. */
+                        /* The reference's plan keeps the output off its residual,
+                         * and its model keeps the convs' weights. */
                         assert(!res || res != out);
+                        assert(!m->conv_weights_dropped);
                         cpu_conv2d(&s, in, m->weights + op->w_off, m->biases + op->b_off, res, op->relu, out,
                                    c->workspace, c->layout.workspace_bytes / sizeof(float));
                         break;
@@ -450,6 +455,11 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                 r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, e->plan.tensor_offset, err);
                 if (r < 0)
                         goto fail;
+                /* oneDNN holds the convs' weights now: one weight set. */
+                if (!e->request.cpu_keep_conv_weights && model_drop_conv_weights(e->model) < 0) {
+                        r = errbuf_set(err, -ENOMEM, "out of memory for the fc's weights");
+                        goto fail;
+                }
                 /* Beside oneDNN, OpenBLAS runs only the fc (a few MFLOP):
                  * on one thread, as its idle threads spin (sched_yield)
                  * through the convolutions that follow, taking the cores
@@ -573,6 +583,10 @@ static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbu
                 r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, plan->tensor_offset, err);
                 if (r < 0)
                         return r;
+                if (!e->request.cpu_keep_conv_weights && model_drop_conv_weights(next) < 0) {
+                        cpu_dnnl_free(dnnl);
+                        return errbuf_set(err, -ENOMEM, "out of memory for the new model's fc weights");
+                }
         }
         pthread_mutex_lock(&c->lock);
         assert(c->queue_len == 0);

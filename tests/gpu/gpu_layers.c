@@ -119,6 +119,7 @@ void gpu_ref_op(const model_t *m, int i, int n, float *const *act, float *ws, si
 
         switch (op->kind) {
         case MODEL_OP_CONV:
+                assert(!m->conv_weights_dropped);
                 conv_shape_of(op, n, &s);
                 cpu_conv2d(&s, act[op->in], m->weights + op->w_off, m->biases + op->b_off,
                            op->residual >= 0 ? act[op->residual] : NULL, op->relu, act[op->out], ws, ws_elems);

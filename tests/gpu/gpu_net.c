@@ -521,6 +521,7 @@ void gpu_swap_run(gpu_ctx_t *c, engine_t *e, precision_t p, model_t **keep) {
         o.precision = PRECISION_FP32;
         o.max_batch = 3;
         o.top_k = GPU_TOP_K;
+        o.cpu_keep_conv_weights = true;         /* the layer checks read ref's folded blocks */
         if ((r = engine_open(&cpu, ref, &o, NULL, 0, &err)) < 0) {
                 gpu_result(c, GPU_FAIL, id, NULL, "the CPU reference engine: %s", err.msg);
                 goto done;

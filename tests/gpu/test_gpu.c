@@ -299,6 +299,8 @@ static void gpu_run_precision(gpu_ctx_t *c, const model_t *ref, engine_t *cpu, p
                 o.backend = BACKEND_CPU;
                 o.precision = PRECISION_FP32;
                 o.max_batch = 3;
+                /* Its single steps read m's folded blocks (gpu_ref_op). */
+                o.cpu_keep_conv_weights = true;
                 if (c->selftest == 2)
                         gpu_selftest_break_model(m, c->seed);
         }
@@ -552,6 +554,8 @@ run:
                 o.backend = BACKEND_CPU;
                 o.precision = PRECISION_FP32;
                 o.top_k = GPU_TOP_K;
+                /* The layer checks read ref's folded blocks. */
+                o.cpu_keep_conv_weights = true;
                 if (c.selftest)
                         o.max_batch = 3;
                 r = engine_open(&cpu, ref, &o, warning, sizeof(warning), &err);

@@ -16,6 +16,8 @@ engine_t *engine_check_open(model_t *m, int max_batch, precision_t p, bool refer
         o.backend = BACKEND_CPU;
         o.precision = p;
         o.cpu_reference = reference;
+        /* The suites open several engines on one model. */
+        o.cpu_keep_conv_weights = true;
         o.max_batch = max_batch;
         o.top_k = 3;
         if (engine_open(&e, m, &o, NULL, 0, &err) < 0) {

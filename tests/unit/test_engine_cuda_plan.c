@@ -422,6 +422,7 @@ static void test_engine_cuda_plan_options_from_env(void) {
                 o.max_batch = 1;
                 o.cuda.residual_kernel = i == 1;
                 o.cuda.bias_precision = i == 0;
+                o.cpu_keep_conv_weights = true;         /* m opens twice */
                 CU_ASSERT_EQUAL_FATAL(engine_open(&e, m, &o, NULL, 0, &err), 0);
                 CU_ASSERT_EQUAL(e->cuda.residual_kernel, i == 1);
                 CU_ASSERT_EQUAL(e->cuda.bias_precision, i == 0);

@@ -65,6 +65,7 @@ static void test_engine_onednn_bf16_refused_without_isa(void) {
                 o.precision = PRECISION_BF16;
                 o.max_batch = 1;
                 o.cpu_no_bf16 = true;
+                o.cpu_keep_conv_weights = true; /* m opens twice */
                 CU_ASSERT_EQUAL_FATAL(engine_open(&e, m, &o, warning, sizeof(warning), &err), 0);
                 CU_ASSERT_EQUAL(engine_precision(e), PRECISION_FP32);
                 CU_ASSERT_PTR_NOT_NULL(strstr(warning, "which computes in fp32 here"));
