@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,7 +465,7 @@ int model_drop_conv_weights(model_t *m) {
         size_t keep = 0, at = 0;
         float *w;
 
-        if (!m || !m->weights || m->conv_weights_dropped)
+        if (!m || !m->weights || m->weights_fc_only)
                 return 0;
         for (int i = 0; i < m->n_ops; i++)
                 if (m->ops[i].kind == MODEL_OP_FC)
@@ -486,7 +488,24 @@ int model_drop_conv_weights(model_t *m) {
         free(m->weights);
         m->weights = w;
         m->conv_weights_dropped = true;
+        m->weights_fc_only = true;
         return 0;
+}
+
+void model_release_conv_pages(model_t *m, int op_index) {
+        const model_op_t *op = &m->ops[op_index];
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), from, to;
+
+        assert(op->kind == MODEL_OP_CONV && m->weights && !m->weights_fc_only);
+        for (int i = 0; i < m->n_ops; i++)
+                assert(m->ops[i].kind != MODEL_OP_FC || m->ops[i].w_off >= op->w_off);
+        m->conv_weights_dropped = true;
+        /* Whole pages only: the first may hold the allocator's header, the
+         * last the next conv's (or the fc's) first weights. */
+        from = ((uintptr_t)m->weights + page - 1) / page * page;
+        to = (uintptr_t)(m->weights + op->w_off + (size_t)op->cout * op->kh * op->kw * op->cin) / page * page;
+        if (to > from)
+                (void)madvise((void *)from, to - from, MADV_DONTNEED);  /* advice: a failure only keeps them */
 }
 
 void model_drop_host_weights(model_t *m) {

@@ -92,7 +92,9 @@ typedef struct model {
                                  * blocks alone once conv_weights_dropped */
         float *biases;          /* (bias_elems) folded */
         char id[24];            /* "sha256:<first 12 hex of the file's digest>", "" when not from a file */
-        bool conv_weights_dropped; /* model_drop_conv_weights: no conv's folded weights are held */
+        bool conv_weights_dropped; /* model_release_conv_pages or _drop_conv_weights: the convs' folded
+                                    * weights are not to be read */
+        bool weights_fc_only;   /* model_drop_conv_weights: weights holds the fc's blocks alone */
 } model_t;
 
 /* The layer table alone, without weights: enough to plan. model_describe
@@ -147,6 +149,14 @@ void model_drop_host_weights(model_t *m);
  * Returns 0 (also when already dropped or never loaded), or -ENOMEM with
  * every block kept. */
 int model_drop_conv_weights(model_t *m);
+
+/* Gives the kernel back the pages that hold nothing but the folded weights
+ * of the convs up to op_index (a conv) in table order, as an engine
+ * reorders them one by one, so that the old and the new copy are not both
+ * resident at open: the blocks lie in table order, the fc's after every
+ * conv's. The convs' weights count as dropped from then on;
+ * model_drop_conv_weights frees the rest. */
+void model_release_conv_pages(model_t *m, int op_index);
 
 /* NULL is a no-op. */
 void model_free(model_t *m);

@@ -442,8 +442,8 @@ static int cpu_dnnl_layers_init(cpu_dnnl_t *d, const model_t *m, precision_t p,
         return 0;
 }
 
-int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p,
-                 const size_t tensor_offset[MODEL_MAX_TENSORS], errbuf_t *err) {
+int cpu_dnnl_new(cpu_dnnl_t **ret, model_t *m, int max_batch, precision_t p,
+                 const size_t tensor_offset[MODEL_MAX_TENSORS], bool drop_conv_weights, errbuf_t *err) {
         cpu_dnnl_t *d;
         dnnl_engine_t eng = NULL;
         dnnl_status_t s;
@@ -490,6 +490,12 @@ int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t 
                 r = cpu_dnnl_layer_make(d, l, m, err);
                 if (r < 0)
                         goto fail;
+                if (drop_conv_weights && l->kind == MODEL_OP_CONV)
+                        model_release_conv_pages(m, l->op);
+        }
+        if (drop_conv_weights && model_drop_conv_weights(m) < 0) {
+                r = errbuf_set(err, -ENOMEM, "out of memory for the fc's weights");
+                goto fail;
         }
         *ret = d;
         return 0;

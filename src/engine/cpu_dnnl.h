@@ -64,9 +64,14 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t 
 /* Creates the primitives of every layer of m and bucket of max_batch in
  * precision p (fp32 or bf16), for activations placed at tensor_offset (the
  * plan's: a conv whose output is at its residual's offset adds it as a sum),
- * and reorders m's weights (which must be loaded) into blocks of its own. */
-int cpu_dnnl_new(cpu_dnnl_t **ret, const model_t *m, int max_batch, precision_t p,
-                 const size_t tensor_offset[MODEL_MAX_TENSORS], errbuf_t *err);
+ * and reorders m's weights (which must be loaded) into blocks of its own.
+ * With drop_conv_weights, m's folded conv weights are given back as each is
+ * reordered (model_release_conv_pages) and freed at the end
+ * (model_drop_conv_weights), so that one weight set stays resident and the
+ * two are never whole side by side; after a failure m's convs count as
+ * dropped too. */
+int cpu_dnnl_new(cpu_dnnl_t **ret, model_t *m, int max_batch, precision_t p,
+                 const size_t tensor_offset[MODEL_MAX_TENSORS], bool drop_conv_weights, errbuf_t *err);
 
 /* NULL is a no-op. */
 void cpu_dnnl_free(cpu_dnnl_t *d);

@@ -452,14 +452,11 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
                 goto fail;
         }
         if (!e->request.cpu_reference) {
-                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, e->plan.tensor_offset, err);
+                /* oneDNN holds the convs' weights from now on: one weight set. */
+                r = cpu_dnnl_new(&c->dnnl, e->model, e->plan.max_batch, c->precision, e->plan.tensor_offset,
+                                 !e->request.cpu_keep_conv_weights, err);
                 if (r < 0)
                         goto fail;
-                /* oneDNN holds the convs' weights now: one weight set. */
-                if (!e->request.cpu_keep_conv_weights && model_drop_conv_weights(e->model) < 0) {
-                        r = errbuf_set(err, -ENOMEM, "out of memory for the fc's weights");
-                        goto fail;
-                }
                 /* Beside oneDNN, OpenBLAS runs only the fc (a few MFLOP):
                  * on one thread, as its idle threads spin (sched_yield)
                  * through the convolutions that follow, taking the cores
@@ -580,13 +577,10 @@ static int engine_cpu_swap(engine_t *e, model_t *next, const plan_t *plan, errbu
         if (r < 0)
                 return r;
         if (c->dnnl) {
-                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, plan->tensor_offset, err);
+                r = cpu_dnnl_new(&dnnl, next, plan->max_batch, plan->precision, plan->tensor_offset,
+                                 !e->request.cpu_keep_conv_weights, err);
                 if (r < 0)
                         return r;
-                if (!e->request.cpu_keep_conv_weights && model_drop_conv_weights(next) < 0) {
-                        cpu_dnnl_free(dnnl);
-                        return errbuf_set(err, -ENOMEM, "out of memory for the new model's fc weights");
-                }
         }
         pthread_mutex_lock(&c->lock);
         assert(c->queue_len == 0);
