@@ -157,10 +157,12 @@ static void daemon_extend_stop(daemon_t *d) {
 static int daemon_on_drain_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "drain timeout");
         (void)s;
         (void)usec;
         daemon_log_left(d, "Drain timed out");
         daemon_fail(d, 1);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -196,16 +198,19 @@ static void daemon_begin_drain(daemon_t *d) {
 static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "stop signal");
         (void)s;
         if (d->draining) {
                 log_warning("Second %s while draining: stopping now", strsignal((int)si->ssi_signo));
                 daemon_log_left(d, "Stopped before the drain finished");
                 daemon_fail(d, 1);
+                daemon_loop_leave(d);
                 return 0;
         }
         log_info("Received %s: draining", strsignal((int)si->ssi_signo));
         daemon_begin_drain(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -242,17 +247,20 @@ void daemon_progress(daemon_t *d) {
 static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "Kafka consumer");
         (void)s;
         (void)revents;
         kafka_fd_clear(fd);
         daemon_pump(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
 static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "Kafka producer");
         (void)s;
         (void)revents;
         kafka_fd_clear(fd);
@@ -264,40 +272,47 @@ static int daemon_on_producer_io(sd_event_source *s, int fd, uint32_t revents, v
         if (d->pipeline && pipeline_produce_pending(d->pipeline) == 0)
                 daemon_pump(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
 static int daemon_on_engine_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "engine completion");
         (void)s;
         (void)fd;
         (void)revents;
         pipeline_reap(d->pipeline);
         daemon_pump(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
 static int daemon_on_decode_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "decode completion");
         (void)s;
         (void)fd;
         (void)revents;
         pipeline_decoded(d->pipeline);
         daemon_pump(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
 static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "batch delay timer");
         (void)s;
         (void)usec;
         pipeline_delay_expired(d->pipeline);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -307,19 +322,23 @@ static int daemon_on_delay(sd_event_source *s, uint64_t usec, void *userdata) {
 static int daemon_on_hold(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "hold timer");
         (void)s;
         (void)usec;
         pipeline_hold_expired(d->pipeline);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
 static int daemon_on_defer(sd_event_source *s, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "deferred pump");
         (void)s;
         daemon_pump(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -351,6 +370,7 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
         uint64_t t = daemon_now_us();
 
+        daemon_loop_enter(d, "poll timer");
         (void)usec;
         kafka_poll_producer(d->kafka);
         if (d->stored_uncommitted) {
@@ -363,6 +383,7 @@ static int daemon_on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
         if (!d->draining && t - d->status_last_us >= DAEMON_STATUS_INTERVAL_US)
                 daemon_status(d, t);
         sd_event_source_set_time(s, t + DAEMON_POLL_INTERVAL_US);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -394,9 +415,11 @@ static void daemon_on_txn_waiting(void *userdata) {
 static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
+        daemon_loop_enter(d, "watchdog timer");
         (void)usec;
         daemon_watchdog_ping(d);
         sd_event_source_set_time(s, d->watchdog_next_us);
+        daemon_loop_leave(d);
         return 0;
 }
 
@@ -490,6 +513,7 @@ void daemon_free(daemon_t *d) {
         sd_event_source_unref(d->drain_timer);
         sd_event_source_unref(d->watchdog_timer);
         sd_event_source_unref(d->defer);
+        sd_event_source_unref(d->loop_probe);
         sd_event_unref(d->event);
         engine_free(d->engine);
         labels_free(d->labels);
@@ -716,6 +740,8 @@ static int daemon_start_sources(daemon_t *d, errbuf_t *err) {
             (r = sd_event_add_time(d->event, &d->hold_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_hold, d)) < 0 ||
             (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
+        if ((r = daemon_loop_start(d, err)) < 0)
+                return r;
         sd_event_source_set_enabled(d->poll_timer, SD_EVENT_ON);
         sd_event_source_set_enabled(d->delay_timer, SD_EVENT_OFF);
         sd_event_source_set_enabled(d->hold_timer, SD_EVENT_OFF);

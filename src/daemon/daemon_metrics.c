@@ -84,6 +84,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.batch_size = st.batch_size;
         s.batch_seconds = st.batch_seconds;
         s.latency_seconds = &d->latency;
+        s.loop_lag_seconds = d->loop_probe ? &d->loop_lag : NULL;
         if (d->kafka) {
                 clock_gettime(CLOCK_REALTIME, &now);
                 s.lag = d->lag;

@@ -39,6 +39,10 @@
 
 /* A scrape reads the lag of this many partitions at most. */
 #define DAEMON_METRICS_LAG_MAX 1024
+/* The event loop's probe (daemon_loop.c): due every 100 ms; a lag of 1 s is
+ * a stall, logged with what held the loop. */
+#define DAEMON_LOOP_PROBE_US 100000
+#define DAEMON_LOOP_STALL_US 1000000
 
 /* Reloads and model swaps in place, since start (for the metrics). A
  * reload is applied when its file was valid and whatever it asked was done
@@ -135,6 +139,14 @@ struct daemon {
         metrics_process_t process;
         engine_device_memory_t gpu;
         metrics_lag_t lag[DAEMON_METRICS_LAG_MAX];     /* a scrape's (one loop thread: one at a time) */
+
+        /* The loop's own latency (daemon_loop.c). */
+        sd_event_source *loop_probe;
+        metrics_hist_t loop_lag;        /* the probe's lateness, inferd_loop_lag_seconds */
+        const char *loop_what;          /* the handler running now, NULL between them */
+        uint64_t loop_entered_us;
+        const char *loop_longest_what;  /* the longest since the last probe, and how long */
+        uint64_t loop_longest_us;
 };
 
 /* The daemon's times are on the pipeline's clock, so that deadlines and
@@ -181,6 +193,12 @@ void daemon_stage_join(daemon_t *d);
 /* daemon_metrics.c: the endpoint and the sampling timer. */
 int daemon_metrics_start(daemon_t *d, errbuf_t *err);
 void daemon_sample(daemon_t *d);
+
+/* daemon_loop.c: the loop's lag and what held it. A handler brackets its
+ * work with enter (what names it in a stall's log line) and leave. */
+int daemon_loop_start(daemon_t *d, errbuf_t *err);
+void daemon_loop_enter(daemon_t *d, const char *what);
+void daemon_loop_leave(daemon_t *d);
 
 /* daemon_plan.c: the engine options a config gives (shared with inferd --plan). */
 void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budget, size_t len);

@@ -450,7 +450,9 @@ int daemon_on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void
                 log_warning("Ignoring SIGHUP: the model swap of the previous reload is still in progress");
                 return 0;
         }
+        daemon_loop_enter(d, "SIGHUP (reload)");
         daemon_reload(d);
         daemon_progress(d);
+        daemon_loop_leave(d);
         return 0;
 }

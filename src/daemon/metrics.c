@@ -52,6 +52,12 @@ static const double metrics_stage_seconds_bounds[] = { 0.00005, 0.0001, 0.00025,
 static const double metrics_latency_seconds_bounds[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                          2.5,   5,    10,    30,   60,  120,  300, 600 };
 
+/* The loop's lag: 100 us is a quiet loop, 50 ms and 250 ms the goals of a
+ * loop that never waits, 1 s a stall (a probe's timeout). */
+static const double metrics_loop_lag_seconds_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                          0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
+                                                          5,      10,      30 };
+
 #define METRICS_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind) {
@@ -72,6 +78,10 @@ void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind) {
         case METRICS_HIST_STAGE_SECONDS:
                 h->bounds = metrics_stage_seconds_bounds;
                 h->n_bounds = METRICS_N(metrics_stage_seconds_bounds);
+                break;
+        case METRICS_HIST_LOOP_LAG_SECONDS:
+                h->bounds = metrics_loop_lag_seconds_bounds;
+                h->n_bounds = METRICS_N(metrics_loop_lag_seconds_bounds);
                 break;
         }
 }
@@ -300,6 +310,9 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
                            "A prediction's time in each stage, one observation per record and stage (engine: its "
                            "batch's time); the stages of a record add up to its inferd_record_latency_seconds.",
                            s->stage_seconds, s->stage_names, s->n_stages);
+        metrics_histogram(f, "inferd_loop_lag_seconds",
+                          "How late the event loop ran a timer due every 100 ms: the time a handler held the loop.",
+                          s->loop_lag_seconds);
         metrics_kafka(f, s);
         metrics_gauge(f, "inferd_slots", "Pipeline slots (batches that can be in flight at once).", s->slots);
         metrics_gauge(f, "inferd_slots_busy", "Pipeline slots submitted and not yet complete.", s->slots_busy);

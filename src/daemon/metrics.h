@@ -39,6 +39,7 @@ typedef enum metrics_hist_kind {
         METRICS_HIST_BATCH_SECONDS,     /* engine submit to results: 1 ms .. 30 s */
         METRICS_HIST_LATENCY_SECONDS,   /* Kafka timestamp to delivery report: 5 ms .. 10 min */
         METRICS_HIST_STAGE_SECONDS,     /* one stage of a record: 50 us .. 10 min */
+        METRICS_HIST_LOOP_LAG_SECONDS,  /* the event loop's probe, how late: 100 us .. 30 s */
 } metrics_hist_kind_t;
 
 void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind);
@@ -82,6 +83,7 @@ typedef struct metrics_snapshot {
         const metrics_count_t *dead_letters;    /* by DLQ code */
         size_t n_dead_letters;
         const metrics_hist_t *batch_size, *batch_seconds, *latency_seconds;     /* NULL: not yet */
+        const metrics_hist_t *loop_lag_seconds;                                 /* NULL: not yet */
         const metrics_hist_t *stage_seconds;    /* (n_stages) NULL: not yet */
         const char *const *stage_names;         /* (n_stages) their stage label */
         int n_stages;
