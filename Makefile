@@ -131,13 +131,19 @@ $(shell mkdir -p $(BUILD) && { echo '$(CONFIG_LINE)' | cmp -s - $(CONFIG_STAMP) 
 #   src/engine   the engine interface, the CPU engine and its ops, the CUDA plan terms
 #   src/decode   JPEG/PNG/WebP to 224x224 RGB8 (libjpeg-turbo, libspng, libdeflate, libwebp) and the resize; uses only src/core
 #   cuda/        the CUDA engine (when nvcc is found)
-#   src/daemon   the loop, pipeline, Kafka, batch, config, log, metrics and its HTTP server
+#   src/config   the INI config (one table of keys) and the log (journald or plain lines)
+#   src/http     the metrics and probe endpoint (libmicrohttpd), its auth, the exposition format
+#   src/kafka    the consumer and producer (librdkafka): fetch sizes, security, transactions
+#   src/pipeline records from Kafka to predictions: decode, batches, slots, produce, the DLQ
+#   src/daemon   the service: its object and event loop, rebalances, transactions, reload, swap
 #   src/cmd      the mains
 # The core, decode and engine layers need no Kafka or systemd and make libinferd-core.a;
-# the daemon layer makes libinferd-daemon.a.
+# config, http, kafka, pipeline and daemon (in that order, docs/architecture.md) make
+# libinferd-daemon.a.
 CORE_SRCS := $(wildcard src/core/*.c) $(wildcard src/decode/*.c) $(filter-out src/engine/engine_cuda_none.c,$(wildcard src/engine/*.c)) $(CUDA_NONE)
 PROG_SRCS := $(wildcard src/cmd/*.c)
-DAEMON_SRCS := $(wildcard src/daemon/*.c)
+DAEMON_LAYERS := config http kafka pipeline daemon
+DAEMON_SRCS := $(foreach l,$(DAEMON_LAYERS),$(wildcard src/$(l)/*.c))
 TOOL_SRCS := $(wildcard tools/*.c)
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)

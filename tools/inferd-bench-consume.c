@@ -39,7 +39,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "core/units.h"
-#include "daemon/kafka.h"
+#include "kafka/kafka.h"
 #include "engine/engine.h"
 
 typedef struct bench_opts {

@@ -25,8 +25,8 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "daemon/cfg.h"
-#include "daemon/kafka.h"
+#include "config/cfg.h"
+#include "kafka/kafka.h"
 
 #define ADMIN_TIMEOUT_MS 30000
 

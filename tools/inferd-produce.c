@@ -52,8 +52,8 @@
 
 #include "core/record.h"
 #include "core/units.h"
-#include "daemon/cfg.h"
-#include "daemon/kafka.h"
+#include "config/cfg.h"
+#include "kafka/kafka.h"
 #include "decode/decode.h"
 
 typedef enum produce_kind {

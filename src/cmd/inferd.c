@@ -30,11 +30,11 @@
 #include <malloc.h>
 #include <unistd.h>
 
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "engine/devinfo.h"
 #include "daemon/daemon.h"
 #include "core/errbuf.h"
-#include "daemon/log.h"
+#include "config/log.h"
 
 #ifndef INFERD_VERSION
 #error "INFERD_VERSION is set by the Makefile from the VERSION file"

@@ -41,8 +41,8 @@
 
 #include "daemon/daemon_model.h"
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
-#include "daemon/pipebench.h"
+#include "config/log.h"
+#include "pipeline/pipebench.h"
 #include "core/units.h"
 
 #define DAEMON_POLL_INTERVAL_US (100 * 1000ULL)

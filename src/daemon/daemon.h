@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "core/errbuf.h"
 #include "core/plan.h"
 #include "engine/engine.h"

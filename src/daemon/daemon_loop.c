@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
+#include "config/log.h"
 
 static int daemon_loop_on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;

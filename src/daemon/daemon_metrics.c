@@ -12,9 +12,9 @@
 
 #include "daemon/daemon_model.h"
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
-#include "daemon/probes.h"
-#include "daemon/rectime.h"
+#include "config/log.h"
+#include "http/probes.h"
+#include "pipeline/rectime.h"
 
 /* The costly numbers (/proc, the device's memory) are sampled this often,
  * never by a scrape. */

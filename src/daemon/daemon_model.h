@@ -12,7 +12,7 @@
 #include "core/errbuf.h"
 #include "core/labels.h"
 #include "core/model.h"
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 /* [service] top_k against m's classes, and c's [model] labels (when set)
  * read against them into *labels (NULL when none is configured; labels NULL:

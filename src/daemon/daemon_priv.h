@@ -16,13 +16,13 @@
 #include <sys/stat.h>
 #include <systemd/sd-event.h>
 
-#include "daemon/batch.h"
-#include "daemon/cfg.h"
+#include "pipeline/batch.h"
+#include "config/cfg.h"
 #include "daemon/daemon.h"
-#include "daemon/httpd.h"
-#include "daemon/kafka.h"
-#include "daemon/metrics.h"
-#include "daemon/pipeline.h"
+#include "http/httpd.h"
+#include "kafka/kafka.h"
+#include "http/metrics.h"
+#include "pipeline/pipeline.h"
 #include "core/errbuf.h"
 #include "core/labels.h"
 #include "core/model.h"

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
+#include "config/log.h"
 
 void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts) {
         daemon_t *d = userdata;

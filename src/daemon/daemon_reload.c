@@ -20,7 +20,7 @@
 
 #include "daemon/daemon_model.h"
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
+#include "config/log.h"
 #include "core/units.h"
 
 /* --- model swap in place ------------------------------------------------------------- */

@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "daemon/daemon_priv.h"
-#include "daemon/log.h"
+#include "config/log.h"
 
 /* Failed transactions aborted and redone in a row, with no commit between,
  * before the daemon stops: a failure that comes back each time (not a DLQ

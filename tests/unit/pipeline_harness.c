@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/record.h"
-#include "daemon/pipebench.h"
+#include "pipeline/pipebench.h"
 #include "unit.h"
 
 static void tp_fail(void *userdata, int status) {

@@ -14,10 +14,10 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "core/model.h"
-#include "daemon/batch.h"
-#include "daemon/cfg.h"
-#include "daemon/kafka.h"
-#include "daemon/pipeline.h"
+#include "pipeline/batch.h"
+#include "config/cfg.h"
+#include "kafka/kafka.h"
+#include "pipeline/pipeline.h"
 #include "decode/pool.h"
 #include "engine/engine.h"
 

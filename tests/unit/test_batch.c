@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "daemon/batch.h"
+#include "pipeline/batch.h"
 #include "unit.h"
 
 static void test_batch_fills_submits_and_flags_full(void) {

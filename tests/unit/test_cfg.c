@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "core/units.h"
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "unit.h"
 
 /* The path of the last file written, for checking error sentences. */

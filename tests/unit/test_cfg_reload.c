@@ -14,8 +14,8 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "daemon/cfg.h"
-#include "daemon/cfg_table.h"
+#include "config/cfg.h"
+#include "config/cfg_table.h"
 #include "decode/decode.h"
 #include "unit.h"
 

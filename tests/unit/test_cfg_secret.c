@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "unit.h"
 
 #define WEIGHTS "[model]\nweights = /var/lib/inferd/w.safetensors\n"

@@ -13,9 +13,9 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/record.h"
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "daemon/daemon.h"
-#include "daemon/kafka.h"
+#include "kafka/kafka.h"
 #include "engine/engine.h"
 #include "unit.h"
 

@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "core/plan.h"
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_priv.h"
-#include "daemon/kafka.h"
-#include "daemon/pipeline.h"
+#include "kafka/kafka.h"
+#include "pipeline/pipeline.h"
 #include "decode/decode.h"
 #include "engine/engine.h"
 #include "unit.h"

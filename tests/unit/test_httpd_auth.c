@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/httpd_auth.h"
+#include "http/httpd_auth.h"
 #include "unit.h"
 
 /* bcrypt of "correct horse" at cost 5 (libxcrypt's $2b$ written as htpasswd -nB -C 5 writes it, $2y$). */

@@ -10,11 +10,11 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "core/plan.h"
-#include "daemon/kafka.h"
-#include "daemon/kafka_priv.h"
+#include "kafka/kafka.h"
+#include "kafka/kafka_priv.h"
 #include "unit.h"
 #include <time.h>
-#include "daemon/log.h"
+#include "config/log.h"
 
 /* Every byte librdkafka may hold comes out of what the budget left: the
  * prefetch queue, the fetch responses decompressed (fetch.max.bytes times

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 #include "unit.h"
 
 static int log_test_calls;

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/metrics.h"
+#include "http/metrics.h"
 #include "unit.h"
 
 static void test_metrics_hist_buckets_inclusive(void) {

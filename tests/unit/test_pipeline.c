@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/record.h"
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 #include "pipeline_harness.h"
 #include "unit.h"
 

@@ -2,7 +2,7 @@
  * which they win when several hold. */
 #include <string.h>
 
-#include "daemon/probes.h"
+#include "http/probes.h"
 #include "unit.h"
 
 static void test_probes_ready_reasons(void) {

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "daemon/ratelimit.h"
+#include "pipeline/ratelimit.h"
 #include "unit.h"
 
 #define S_US 1000000ULL

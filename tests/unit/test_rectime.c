@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "daemon/rectime.h"
+#include "pipeline/rectime.h"
 #include "unit.h"
 
 static void test_rectime_expired_boundary(void) {

@@ -7,7 +7,7 @@
  * Each check is the owning module's own: model_check for the weights (the
  * header, every tensor's name, dtype and shape, no values read), labels_load
  * for the labels (a regular file of at most 1 MiB, the count). */
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 #include "core/labels.h"
 #include "core/model.h"

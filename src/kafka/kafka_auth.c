@@ -1,13 +1,13 @@
 /* kafka_auth: one clear line for a refused TLS handshake or SASL
  * authentication. See kafka_auth.h. */
-#include "daemon/kafka_auth.h"
+#include "kafka/kafka_auth.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include <openssl/x509.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 
 const char *kafka_auth_kind(int err) {
         switch (err) {

@@ -6,7 +6,7 @@
  * copies its field, and cfg_write_reference prints it as the reference in
  * docs/config.md. It is not a general INI library (iniparser is) and it
  * never logs. */
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -20,8 +20,8 @@
 
 #include "core/textfile.h"
 #include "core/units.h"
-#include "daemon/cfg_lines.h"
-#include "daemon/cfg_table.h"
+#include "config/cfg_lines.h"
+#include "config/cfg_table.h"
 
 static const struct {
         const char *name;
@@ -125,11 +125,9 @@ static int cfg_brokers_check(const char *v, errbuf_t *err) {
         }
 }
 
-/* Parses v as key k into c. On error, writes the sentence after
- * "<file>: [section] key: " into err and returns -EINVAL. */
-static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
-        void *field = (char *)c + k->offset;
-        char lo[32], hi[32];
+/* A text value of k (a string, topic, path, broker list or listen
+ * address) into field; as cfg_parse_value. */
+static int cfg_parse_text(const cfg_key_t *k, const char *v, void *field, errbuf_t *err) {
         int r;
 
         switch (k->type) {
@@ -153,6 +151,31 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 strcpy(field, v);
                 return 0;
 
+        case CFG_T_LISTEN:
+                if (strlen(v) >= k->size)
+                        return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
+                                          k->size - 1);
+                if (*v && units_parse_listen(v, NULL, 0, NULL) < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not host:port (port 1..65535, an IPv6 host in brackets), "
+                                          "or empty for off", v);
+                strcpy(field, v);
+                return 0;
+
+        default:
+                break;
+        }
+        assert(!"not a text type");
+        return -EINVAL;
+}
+
+/* A quantity of k (an integer, size, budget or duration) in its range
+ * into field; as cfg_parse_value. */
+static int cfg_parse_quantity(const cfg_key_t *k, const char *v, void *field, errbuf_t *err) {
+        char lo[32], hi[32];
+        int r;
+
+        switch (k->type) {
         case CFG_T_INT: {
                 char *end;
                 long long n;
@@ -209,6 +232,48 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 return 0;
         }
 
+        case CFG_T_DURATION: {
+                uint64_t ms;
+
+                r = units_parse_duration_ms(v, &ms);
+                if (r == -ERANGE || (r == 0 && (ms < (uint64_t)k->min || ms > (uint64_t)k->max)))
+                        return errbuf_set(err, -EINVAL, "'%s' is not in %s..%s", v,
+                                          units_format_duration_ms((uint64_t)k->min, lo, sizeof(lo)),
+                                          units_format_duration_ms((uint64_t)k->max, hi, sizeof(hi)));
+                if (r < 0)
+                        return errbuf_set(err, -EINVAL,
+                                          "'%s' is not a duration (a whole number with a unit: ms, s, m, h or d; "
+                                          "or 0)", v);
+                *(uint64_t *)field = ms;
+                return 0;
+        }
+
+        default:
+                break;
+        }
+        assert(!"not a quantity type");
+        return -EINVAL;
+}
+
+/* Parses v as key k into c. On error, writes the sentence after
+ * "<file>: [section] key: " into err and returns -EINVAL. */
+static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
+        void *field = (char *)c + k->offset;
+
+        switch (k->type) {
+        case CFG_T_STRING:
+        case CFG_T_TOPIC:
+        case CFG_T_PATH:
+        case CFG_T_BROKERS:
+        case CFG_T_LISTEN:
+                return cfg_parse_text(k, v, field, err);
+
+        case CFG_T_INT:
+        case CFG_T_SIZE:
+        case CFG_T_BUDGET:
+        case CFG_T_DURATION:
+                return cfg_parse_quantity(k, v, field, err);
+
         case CFG_T_LOG_LEVEL:
                 if (cfg_log_level_from_string(v, field) < 0)
                         return errbuf_set(err, -EINVAL, "'%s' is not one of debug, info, notice, warning, err", v);
@@ -232,33 +297,6 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                 else
                         return errbuf_set(err, -EINVAL, "'%s' is not yes or no", v);
                 return 0;
-
-        case CFG_T_LISTEN:
-                if (strlen(v) >= k->size)
-                        return errbuf_set(err, -EINVAL, "'%.40s...' is longer than %zu characters", v,
-                                          k->size - 1);
-                if (*v && units_parse_listen(v, NULL, 0, NULL) < 0)
-                        return errbuf_set(err, -EINVAL,
-                                          "'%s' is not host:port (port 1..65535, an IPv6 host in brackets), "
-                                          "or empty for off", v);
-                strcpy(field, v);
-                return 0;
-
-        case CFG_T_DURATION: {
-                uint64_t ms;
-
-                r = units_parse_duration_ms(v, &ms);
-                if (r == -ERANGE || (r == 0 && (ms < (uint64_t)k->min || ms > (uint64_t)k->max)))
-                        return errbuf_set(err, -EINVAL, "'%s' is not in %s..%s", v,
-                                          units_format_duration_ms((uint64_t)k->min, lo, sizeof(lo)),
-                                          units_format_duration_ms((uint64_t)k->max, hi, sizeof(hi)));
-                if (r < 0)
-                        return errbuf_set(err, -EINVAL,
-                                          "'%s' is not a duration (a whole number with a unit: ms, s, m, h or d; "
-                                          "or 0)", v);
-                *(uint64_t *)field = ms;
-                return 0;
-        }
 
         case CFG_T_AGE_ACTION:
                 if (strcmp(v, "dlq") == 0)
@@ -671,7 +709,7 @@ int cfg_write_reference(FILE *out) {
                 "# inferd configuration reference\n"
                 "\n"
                 "<!-- Generated by cfg_write_reference() (`inferd --print-config-reference`) from the key\n"
-                "     table in src/daemon/cfg_table.c. Edit the table, not this file. -->\n"
+                "     table in src/config/cfg_table.c. Edit the table, not this file. -->\n"
                 "\n"
                 "inferd reads one INI file, `/etc/inferd/<instance>.ini` under systemd (`-c FILE`\n"
                 "otherwise). Section and key names are case-insensitive. A key that is absent takes its\n"

@@ -1,5 +1,5 @@
 /* httpd_auth: basic-auth users checked with libxcrypt. See httpd_auth.h. */
-#include "daemon/httpd_auth.h"
+#include "http/httpd_auth.h"
 
 #include <crypt.h>
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 typedef struct httpd_user {
         char *name;                     /* owned */

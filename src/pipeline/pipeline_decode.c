@@ -14,7 +14,7 @@
  *
  * Not here: taking records (pipeline.c, pipeline_take), the decode threads
  * (src/decode/pool.c), the DLQ copy itself (pipeline_produce.c). */
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 
 #include <assert.h>
 #include <errno.h>

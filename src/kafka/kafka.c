@@ -3,7 +3,7 @@
  * daemon layer), but decides nothing about records, batches or offsets.
  * Exactly-once's transactions and rewind are in kafka_txn.c; the struct
  * they share in kafka_priv.h. */
-#include "daemon/kafka_priv.h"
+#include "kafka/kafka_priv.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 
 /* A broker that stays down fails every reconnection (librdkafka backs off
  * from 100 ms to 10 s): each kind of error is logged at most once in this

@@ -1,7 +1,7 @@
 /* ratelimit: the token bucket of [batching] max_images_per_s. See
  * ratelimit.h. Integer arithmetic in millionths of an image: dt_us * rate
  * is exactly the millionths earned in dt_us. */
-#include "daemon/ratelimit.h"
+#include "pipeline/ratelimit.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -49,10 +49,10 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "daemon/batch.h"
-#include "daemon/kafka.h"
-#include "daemon/metrics.h"
-#include "daemon/rectime.h"
+#include "pipeline/batch.h"
+#include "kafka/kafka.h"
+#include "http/metrics.h"
+#include "pipeline/rectime.h"
 #include "decode/pool.h"
 #include "engine/engine.h"
 #include "engine/prediction.h"

@@ -8,8 +8,8 @@
 
 #include <jansson.h>
 
-#include "daemon/kafka.h"
-#include "daemon/kafka_auth.h"
+#include "kafka/kafka.h"
+#include "kafka/kafka_auth.h"
 
 /* The metrics' view of the input topic's partitions: one entry per
  * partition seen assigned, kept (unassigned) after a revoke so that the

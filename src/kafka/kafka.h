@@ -21,8 +21,8 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "daemon/cfg.h"
-#include "daemon/metrics.h"
+#include "config/cfg.h"
+#include "http/metrics.h"
 #include "core/errbuf.h"
 #include "core/plan.h"
 

@@ -8,13 +8,13 @@
  *
  * Not here: what a record becomes when it is taken (pipeline.c,
  * pipeline_take), the cap's bucket (ratelimit.c). */
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 
 #define PIPELINE_PUMP_BUDGET 512
 

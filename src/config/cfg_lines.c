@@ -1,6 +1,6 @@
 /* cfg_lines: the config file's lines checked before iniparser reads them,
  * then handed to iniparser. See cfg_lines.h. */
-#include "daemon/cfg_lines.h"
+#include "config/cfg_lines.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -14,7 +14,7 @@
  * the slot).
  *
  * Not here: the outputs themselves (pipeline_produce.c). */
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -17,8 +17,8 @@
 #ifndef INFERD_PIPELINE_PRIV_H
 #define INFERD_PIPELINE_PRIV_H
 
-#include "daemon/pipeline.h"
-#include "daemon/ratelimit.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/ratelimit.h"
 
 /* The DLQ codes counted by name: every code the record, decode and engine
  * layers give, plus room for one that a later layer adds without telling

@@ -8,7 +8,7 @@
  *
  * Not here: when a slot is produced (pipeline.c reaps it), the delivery
  * reports and storing offsets (the daemon). */
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/dlq.h"
-#include "daemon/log.h"
+#include "pipeline/dlq.h"
+#include "config/log.h"
 #include "core/record.h"
 
 static void pipeline_count_dlq(pipeline_t *p, const char *code) {

@@ -19,7 +19,7 @@
  * until the idle timeout. Accepting at once leaves nothing to go stale.
  *
  * Not a general web server: GET and HEAD only, no request bodies. */
-#include "daemon/httpd.h"
+#include "http/httpd.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -35,8 +35,8 @@
 #include <microhttpd.h>
 
 #include "core/units.h"
-#include "daemon/cfg.h"
-#include "daemon/httpd_auth.h"
+#include "config/cfg.h"
+#include "http/httpd_auth.h"
 
 #define HTTPD_BACKLOG 64
 

@@ -2,7 +2,7 @@
  *
  * Not here: where the times are read (pipeline.c, daemon.c), the
  * histograms (metrics.c). */
-#include "daemon/rectime.h"
+#include "pipeline/rectime.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * and on reload from the event loop thread; librdkafka's own log lines are
  * routed to its queues and reach us on that thread too. Not a log rotator,
  * not a metrics sink. */
-#include "daemon/log.h"
+#include "config/log.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -6,14 +6,14 @@
  *
  * Not here: when a transaction is committed or aborted (daemon_txn.c), the
  * handles themselves (kafka.c). */
-#include "daemon/kafka_priv.h"
+#include "kafka/kafka_priv.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <time.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 
 bool kafka_transactional(const kafka_t *k) {
         return k->transactional;

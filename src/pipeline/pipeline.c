@@ -10,7 +10,7 @@
  * pipeline and not the other way round. Delivery reports, offsets,
  * commits, signals and the life cycle are in daemon.c; the data structures
  * in batch.c. */
-#include "daemon/pipeline_priv.h"
+#include "pipeline/pipeline_priv.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/log.h"
+#include "config/log.h"
 #include "core/record.h"
 #include "core/units.h"
 

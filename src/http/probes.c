@@ -1,7 +1,7 @@
 /* probes: the answers of /livez and /readyz. See probes.h.
  *
  * Not here: HTTP (httpd.c), reading the daemon's state (daemon_metrics.c). */
-#include "daemon/probes.h"
+#include "http/probes.h"
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* dlq: the headers of a DLQ copy cut to fit. See dlq.h. */
-#include "daemon/dlq.h"
+#include "pipeline/dlq.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * Plain arrays and one ring per partition; no Kafka, no engine, no clock of
  * its own (the caller passes the time), so the unit tests drive it directly.
  * Not thread-safe: the event loop owns it. */
-#include "daemon/batch.h"
+#include "pipeline/batch.h"
 
 #include <assert.h>
 #include <errno.h>

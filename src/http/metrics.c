@@ -6,7 +6,7 @@
  * fixed set of labels (outcomes, states, reload results) always have every
  * series, at 0 when nothing happened, so that rate() over them starts at
  * the first scrape and not at the first event. */
-#include "daemon/metrics.h"
+#include "http/metrics.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* pipebench: a no-compute executor for the pipeline benchmark. See
  * pipebench.h. Not a backend, not a test double for numerics: it exists so
  * that the daemon's own ceiling can be measured apart from the model. */
-#include "daemon/pipebench.h"
+#include "pipeline/pipebench.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
  * precision's hook applies it without one when the engine ignores it). The
  * [decode] defaults are decode.h's macros, as text. Parsing, diffing and
  * printing the rows is cfg.c's job. */
-#include "daemon/cfg_table.h"
+#include "config/cfg_table.h"
 
 #include <string.h>
 

@@ -11,13 +11,13 @@
  *
  * Not here: the split of the budget (core/plan.c), the handles
  * (kafka.c). */
-#include "daemon/kafka_priv.h"
+#include "kafka/kafka_priv.h"
 
 #include <inttypes.h>
 #include <string.h>
 
 #include "core/units.h"
-#include "daemon/log.h"
+#include "config/log.h"
 
 /* Judged only over this many bytes on the wire since the last statistics:
  * a few metadata requests say nothing about the records. */

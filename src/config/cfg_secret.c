@@ -11,7 +11,7 @@
  *
  * This file resolves and checks; it never logs and never copies a secret
  * into an error sentence. */
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 #include <errno.h>
 #include <fcntl.h>

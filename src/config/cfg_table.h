@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/cfg.h"
+#include "config/cfg.h"
 
 typedef enum cfg_type {
         CFG_T_STRING,           /* non-empty text */
