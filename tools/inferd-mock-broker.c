@@ -154,29 +154,16 @@ static int mock_read_stdin(mock_t *m, char *buf, size_t cap, size_t *len) {
         return 0;
 }
 
-int main(int argc, char **argv) {
+/* Reads the command line into *m and topics[]. Returns -1 to go on, or
+ * the exit status (0 after --help, 2 for a usage error). */
+static int mock_parse_args(int argc, char **argv, mock_t *m, mock_topic_t *topics, int *ntopics) {
         static const struct option opts[] = {
                 { "brokers", required_argument, NULL, 'b' },
                 { "topic", required_argument, NULL, 't' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        mock_topic_t topics[MOCK_MAX_TOPICS];
-        int ntopics = 0, c, sfd = -1, r = 1, stdin_open = 1;
-        mock_t m = { .brokers = 1 };
-        rd_kafka_conf_t *conf = NULL;
-        char errstr[512], line[256];
-        size_t line_len = 0;
-        sigset_t mask;
-
-        /* A closed stdin/stdout/stderr would hand its number to the
-         * signalfd below, which would then be read as commands: keep them
-         * taken. */
-        for (int fd = 0; fd <= 2; fd++)
-                if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) {
-                        perror("inferd-mock-broker: /dev/null");
-                        return 1;
-                }
+        int c;
 
         while ((c = getopt_long(argc, argv, "b:t:h", opts, NULL)) != -1) {
                 switch (c) {
@@ -188,21 +175,21 @@ int main(int argc, char **argv) {
                                         optarg, MOCK_MAX_BROKERS);
                                 return 2;
                         }
-                        m.brokers = (int)n;
+                        m->brokers = (int)n;
                         break;
                 }
                 case 't':
-                        if (ntopics == MOCK_MAX_TOPICS) {
+                        if (*ntopics == MOCK_MAX_TOPICS) {
                                 fprintf(stderr, "inferd-mock-broker: more than %d topics\n", MOCK_MAX_TOPICS);
                                 return 2;
                         }
-                        if (parse_topic(optarg, &topics[ntopics]) < 0) {
+                        if (parse_topic(optarg, &topics[*ntopics]) < 0) {
                                 fprintf(stderr,
                                         "inferd-mock-broker: --topic '%s' is not NAME:PARTITIONS "
                                         "with PARTITIONS in 1..%d\n", optarg, MOCK_MAX_PARTITIONS);
                                 return 2;
                         }
-                        ntopics++;
+                        (*ntopics)++;
                         break;
                 case 'h':
                         usage(stdout);
@@ -216,9 +203,16 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "inferd-mock-broker: unexpected argument '%s'\n", argv[optind]);
                 return 2;
         }
+        return -1;
+}
 
-        /* Blocked before librdkafka starts its threads, so that they inherit
-         * the mask and the signals reach only the signalfd. */
+/* The signalfd of SIGTERM, SIGINT, SIGUSR1 and SIGUSR2, or -1 (said).
+ * Blocked before librdkafka starts its threads, so that they inherit the
+ * mask and the signals reach only the signalfd. */
+static int mock_signals(void) {
+        sigset_t mask;
+        int sfd;
+
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
@@ -226,48 +220,59 @@ int main(int argc, char **argv) {
         sigaddset(&mask, SIGUSR2);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
                 perror("inferd-mock-broker: sigprocmask");
-                return 1;
+                return -1;
         }
         /* A reader of stdout that went away must not take the cluster
          * down with it: an acknowledgement then fails quietly. */
         signal(SIGPIPE, SIG_IGN);
         sfd = signalfd(-1, &mask, SFD_CLOEXEC);
-        if (sfd < 0) {
+        if (sfd < 0)
                 perror("inferd-mock-broker: signalfd");
-                return 1;
-        }
+        return sfd;
+}
 
-        conf = rd_kafka_conf_new();
+/* Starts m's cluster with its topics and prints its bootstrap servers.
+ * Returns 0, or -1 (said). */
+static int mock_start(mock_t *m, const mock_topic_t *topics, int ntopics) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char errstr[512];
+
         /* The handle only hosts the cluster and never connects: without this,
          * librdkafka warns that no bootstrap.servers is configured. */
         rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr));
-        m.rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-        if (!m.rk) {
+        m->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        if (!m->rk) {
                 rd_kafka_conf_destroy(conf);
                 fprintf(stderr, "inferd-mock-broker: Failed to create the librdkafka handle: %s\n", errstr);
-                goto out;
+                return -1;
         }
-        conf = NULL;    /* owned by m.rk now */
-
-        m.cluster = rd_kafka_mock_cluster_new(m.rk, m.brokers);
-        if (!m.cluster) {
+        m->cluster = rd_kafka_mock_cluster_new(m->rk, m->brokers);
+        if (!m->cluster) {
                 fprintf(stderr, "inferd-mock-broker: Failed to create the mock cluster\n");
-                goto out;
+                return -1;
         }
         for (int i = 0; i < ntopics; i++) {
-                int replicas = m.brokers < 3 ? m.brokers : 3;
+                int replicas = m->brokers < 3 ? m->brokers : 3;
                 rd_kafka_resp_err_t e;
 
-                e = rd_kafka_mock_topic_create(m.cluster, topics[i].name, topics[i].partitions, replicas);
+                e = rd_kafka_mock_topic_create(m->cluster, topics[i].name, topics[i].partitions, replicas);
                 if (e) {
                         fprintf(stderr, "inferd-mock-broker: Failed to create topic '%s': %s\n",
                                 topics[i].name, rd_kafka_err2str(e));
-                        goto out;
+                        return -1;
                 }
         }
-
-        printf("%s\n", rd_kafka_mock_cluster_bootstraps(m.cluster));
+        printf("%s\n", rd_kafka_mock_cluster_bootstraps(m->cluster));
         fflush(stdout);
+        return 0;
+}
+
+/* Serves stdin's commands and the signals until SIGTERM or SIGINT.
+ * Returns 0, or -1 (said). */
+static int mock_serve(mock_t *m, int sfd) {
+        char line[256];
+        size_t line_len = 0;
+        int stdin_open = 1;
 
         for (;;) {
                 struct pollfd p[2] = {
@@ -280,29 +285,48 @@ int main(int argc, char **argv) {
                         if (errno == EINTR)
                                 continue;
                         perror("inferd-mock-broker: poll");
-                        goto out;
+                        return -1;
                 }
                 if (p[1].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
-                        if (mock_read_stdin(&m, line, sizeof(line), &line_len))
+                        if (mock_read_stdin(m, line, sizeof(line), &line_len))
                                 stdin_open = 0;
                 if (!(p[0].revents & POLLIN))
                         continue;
                 if (read(sfd, &si, sizeof(si)) != sizeof(si))
                         continue;
                 if (si.ssi_signo == SIGUSR1)
-                        mock_set(&m, -1, 0);
+                        mock_set(m, -1, 0);
                 else if (si.ssi_signo == SIGUSR2)
-                        mock_set(&m, -1, 1);
+                        mock_set(m, -1, 1);
                 else
-                        break;  /* SIGTERM, SIGINT */
+                        return 0;       /* SIGTERM, SIGINT */
         }
-        r = 0;
-out:
+}
+
+int main(int argc, char **argv) {
+        mock_topic_t topics[MOCK_MAX_TOPICS];
+        int ntopics = 0, sfd, r;
+        mock_t m = { .brokers = 1 };
+
+        /* A closed stdin/stdout/stderr would hand its number to the
+         * signalfd below, which would then be read as commands: keep them
+         * taken. */
+        for (int fd = 0; fd <= 2; fd++)
+                if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) {
+                        perror("inferd-mock-broker: /dev/null");
+                        return 1;
+                }
+        r = mock_parse_args(argc, argv, &m, topics, &ntopics);
+        if (r >= 0)
+                return r;
+        sfd = mock_signals();
+        if (sfd < 0)
+                return 1;
+        r = mock_start(&m, topics, ntopics) == 0 && mock_serve(&m, sfd) == 0 ? 0 : 1;
         if (m.cluster)
                 rd_kafka_mock_cluster_destroy(m.cluster);
         if (m.rk)
                 rd_kafka_destroy(m.rk);
-        if (sfd >= 0)
-                close(sfd);
+        close(sfd);
         return r;
 }

@@ -9,22 +9,21 @@
  * It produces N records of the raw input formats (src/core/record.h), or of
  * JPEG, PNG or WebP (the files of --images DIR in name order, cycled, or
  * images generated with TurboJPEG / libspng / libwebp from the tiles
- * payload), with keys
- * PREFIX-<i>, a correlation-id header, and a header inferd-test-expect naming
- * the outcome the daemon must reach: "ok", or the DLQ code of a deliberately
- * bad record (bad-size, bad-content-type, decode-failed, too-large). Exactly
- * floor(N * F) records are bad, spread evenly and cycling through the four
- * kinds; with jpeg, png or webp, a too-large record is a bomb header (a JPEG
- * or PNG claiming 60000x60000 pixels, a lossless WebP 16384x16384: its
- * largest) and a decode-failed one random bytes
- * after the format's magic. The values are a pure function of (seed, i), so a run can be
- * repeated. The default payload ("tiles", 16x16 blocks of one colour) and
- * zstd compression keep records small in a broker's log: librdkafka's mock
- * cluster keeps only the last 5 MiB of each partition, which is 34 random
- * RGB8 records. It waits for every delivery report and prints one JSON line:
- * counts by kind and format, deliveries, and records/s. The producer is
- * idempotent. Exit status: 0 when every record was delivered, 1 otherwise,
- * 2 for bad arguments.
+ * payload), with keys PREFIX-<i>, a correlation-id header, and a header
+ * inferd-test-expect naming the outcome the daemon must reach: "ok", or the
+ * DLQ code of a deliberately bad record (bad-size, bad-content-type,
+ * decode-failed, too-large). Exactly floor(N * F) records are bad, spread
+ * evenly and cycling through the four kinds; with jpeg, png or webp, a
+ * too-large record is a bomb header (a JPEG or PNG claiming 60000x60000
+ * pixels, a lossless WebP 16384x16384: its largest) and a decode-failed one
+ * random bytes after the format's magic. The values are a pure function of
+ * (seed, i), so a run can be repeated. The default payload ("tiles", 16x16
+ * blocks of one colour) and zstd compression keep records small in a
+ * broker's log: librdkafka's mock cluster keeps only the last 5 MiB of each
+ * partition, which is 34 random RGB8 records. It waits for every delivery
+ * report and prints one JSON line: counts by kind and format, deliveries,
+ * and records/s. The producer is idempotent. Exit status: 0 when every
+ * record was delivered, 1 otherwise, 2 for bad arguments.
  *
  * --age-ms MS sets every record's Kafka timestamp (CreateTime) MS
  * milliseconds in the past (negative: in the future, a producer's clock
@@ -613,183 +612,239 @@ static int produce_one(rd_kafka_t *rk, const produce_opts_t *o, long i, produce_
         return 0;       /* h is owned by the message now */
 }
 
+static const struct option produce_long_opts[] = {
+        { "brokers", required_argument, NULL, 'b' },
+        { "topic", required_argument, NULL, 't' },
+        { "count", required_argument, NULL, 'n' },
+        { "rate", required_argument, NULL, 'r' },
+        { "format", required_argument, NULL, 'f' },
+        { "bad-fraction", required_argument, NULL, 'F' },
+        { "keys", required_argument, NULL, 'k' },
+        { "seed", required_argument, NULL, 's' },
+        { "content-type-header", required_argument, NULL, 'H' },
+        { "timeout-s", required_argument, NULL, 'T' },
+        { "payload", required_argument, NULL, 'P' },
+        { "images", required_argument, NULL, 'I' },
+        { "age-ms", required_argument, NULL, 'A' },
+        { "trace", no_argument, NULL, 'R' },
+        { "bad-bytes", required_argument, NULL, 'B' },
+        { "header-bytes", required_argument, NULL, 'E' },
+        { "help", no_argument, NULL, 'h' },
+        {},
+};
+
+/* What produce_option says of an option. */
+enum { OPT_OK, OPT_BAD_ARG, OPT_BAD_CONF, OPT_SAID, OPT_HELP, OPT_USAGE };
+
+/* Sets *v to arg's index in words (NULL-terminated, in its enum's order).
+ * Returns OPT_OK, or OPT_BAD_ARG for a word not there. */
+static int option_word(const char *arg, const char *const *words, int *v) {
+        for (int i = 0; words[i]; i++)
+                if (strcmp(arg, words[i]) == 0) {
+                        *v = i;
+                        return OPT_OK;
+                }
+        return OPT_BAD_ARG;
+}
+
+/* Takes option c (getopt_long's answer, its argument in optarg) into o,
+ * conf or *cfg (-c FILE). OPT_BAD_CONF leaves librdkafka's words in errstr;
+ * OPT_SAID has said what is wrong. */
+static int produce_option(int c, produce_opts_t *o, cfg_t **cfg, rd_kafka_conf_t *conf, char *errstr,
+                          size_t errlen) {
+        long v;
+
+        switch (c) {
+        case 'c': {
+                errbuf_t err = {};
+
+                cfg_free(*cfg);
+                *cfg = NULL;
+                if (cfg_load(cfg, optarg, &err) < 0 || cfg_kafka_apply(*cfg, 1, conf, &err) < 0) {
+                        fprintf(stderr, "inferd-produce: %s\n", err.msg);
+                        return OPT_SAID;
+                }
+                break;
+        }
+        case 'b':
+                o->brokers = optarg;
+                break;
+        case 't':
+                o->topic = optarg;
+                break;
+        case 'n':
+                if (units_parse_long(optarg, 0, 100000000, &o->count) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'r':
+                if (parse_double(optarg, 0, 1e9, &o->rate_per_s) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'f':
+                /* In produce_format_t's order. */
+                return option_word(optarg, (const char *[]){ "rgb8", "f32", "mixed", "jpeg", "png", "webp", NULL },
+                                   (int *)&o->format);
+        case 'I':
+                o->images_dir = optarg;
+                break;
+        case 'A':
+                if (units_parse_long(optarg, -366L * 86400 * 1000, 366L * 86400 * 1000, &o->age_ms) < 0)
+                        return OPT_BAD_ARG;
+                o->have_age = true;
+                break;
+        case 'R':
+                o->trace = true;
+                break;
+        case 'F':
+                if (parse_double(optarg, 0, 1, &o->bad_fraction) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'k':
+                if (!*optarg || strlen(optarg) > 200)
+                        return OPT_BAD_ARG;
+                o->keys = optarg;
+                break;
+        case 's':
+                if (units_parse_long(optarg, 0, LONG_MAX, &v) < 0)
+                        return OPT_BAD_ARG;
+                o->seed = (uint64_t)v;
+                break;
+        case 'H':
+                return option_word(optarg, (const char *[]){ "no", "yes", "mixed", NULL }, (int *)&o->content_type);
+        case 'B':
+                if (units_parse_long(optarg, 1, 16L << 20, &o->bad_bytes) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'E':
+                if (units_parse_long(optarg, 1, 16L << 20, &o->header_bytes) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'P':
+                return option_word(optarg, (const char *[]){ "tiles", "random", NULL }, (int *)&o->payload);
+        case 'T':
+                if (units_parse_long(optarg, 1, 86400, &v) < 0)
+                        return OPT_BAD_ARG;
+                o->timeout_s = (int)v;
+                break;
+        case 'X':
+                if (kafka_conf_set_pair(conf, optarg, errstr, errlen) < 0)
+                        return errstr[0] ? OPT_BAD_CONF : OPT_BAD_ARG;
+                break;
+        case 'h':
+                return OPT_HELP;
+        default:
+                return OPT_USAGE;
+        }
+        return OPT_OK;
+}
+
+/* Produces o's records from t0 on, paced to its rate. Returns 0, or -1
+ * (said). */
+static int produce_records(rd_kafka_t *rk, produce_opts_t *o, produce_stats_t *st, uint8_t *buf, double t0) {
+        for (long i = 0; i < o->count; i++) {
+                produce_kind_t kind = record_kind(i, o->bad_fraction);
+                const char *ct = NULL;
+                size_t len;
+
+                if (kind != KIND_OK && o->bad_bytes > 0)
+                        kind = (size_t)o->bad_bytes > RECORD_MAX_BYTES ? KIND_TOO_LARGE : KIND_BAD_SIZE;
+
+                if (o->rate_per_s > 0) {
+                        /* Paced against the start, so that delays do not add up;
+                         * waiting is spent serving delivery reports. */
+                        double due = t0 + (double)i / o->rate_per_s, wait_s;
+
+                        while ((wait_s = due - now_s()) > 0)
+                                rd_kafka_poll(rk, (int)ceil(wait_s * 1000.0));
+                }
+                len = make_record(o, i, kind, buf, &ct, st);
+                /* A file of --images that inferd refuses is expected as refused. */
+                if (kind == KIND_OK && o->images.n && o->images.kind[i % o->images.n] != KIND_OK) {
+                        kind = (produce_kind_t)o->images.kind[i % o->images.n];
+                        if (o->format == FORMAT_JPEG)
+                                st->jpeg--;
+                        else if (o->format == FORMAT_PNG)
+                                st->png--;
+                        else
+                                st->webp--;
+                }
+                if (len == 0) {
+                        fprintf(stderr, "inferd-produce: cannot encode record %ld\n", i);
+                        return -1;
+                }
+                if (produce_one(rk, o, i, kind, buf, len, ct) < 0)
+                        return -1;
+                st->kind[kind]++;
+                st->bytes += len;
+                rd_kafka_poll(rk, 0);
+        }
+        return 0;
+}
+
+/* Prints the run's summary (one JSON line) and what failed. */
+static void produce_report(const produce_opts_t *o, const produce_stats_t *st, double secs, int left) {
+        printf("{\"topic\":\"%s\",\"records\":%ld,\"delivered\":%ld,\"failed\":%ld,\"undelivered\":%d,"
+               "\"ok\":%ld,\"bad-size\":%ld,\"bad-content-type\":%ld,\"decode-failed\":%ld,\"too-large\":%ld,"
+               "\"rgb8\":%ld,\"f32\":%ld,\"jpeg\":%ld,\"png\":%ld,\"webp\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
+               "\"records_per_second\":%.1f}\n",
+               o->topic, o->count, st->delivered, st->failed, left, st->kind[KIND_OK], st->kind[KIND_BAD_SIZE],
+               st->kind[KIND_BAD_CONTENT_TYPE], st->kind[KIND_DECODE_FAILED], st->kind[KIND_TOO_LARGE], st->rgb8,
+               st->f32, st->jpeg, st->png, st->webp, st->with_content_type, st->bytes, secs, secs > 0 ? (double)st->delivered / secs : 0.0);
+        fflush(stdout);
+        if (st->failed)
+                fprintf(stderr, "inferd-produce: %ld records failed; the first: %s\n", st->failed, st->first_error);
+        if (left)
+                fprintf(stderr, "inferd-produce: %d records still undelivered after %d s\n", left, o->timeout_s);
+}
+
 int main(int argc, char **argv) {
-        static const struct option opts[] = {
-                { "brokers", required_argument, NULL, 'b' },
-                { "topic", required_argument, NULL, 't' },
-                { "count", required_argument, NULL, 'n' },
-                { "rate", required_argument, NULL, 'r' },
-                { "format", required_argument, NULL, 'f' },
-                { "bad-fraction", required_argument, NULL, 'F' },
-                { "keys", required_argument, NULL, 'k' },
-                { "seed", required_argument, NULL, 's' },
-                { "content-type-header", required_argument, NULL, 'H' },
-                { "timeout-s", required_argument, NULL, 'T' },
-                { "payload", required_argument, NULL, 'P' },
-                { "images", required_argument, NULL, 'I' },
-                { "age-ms", required_argument, NULL, 'A' },
-                { "trace", no_argument, NULL, 'R' },
-                { "bad-bytes", required_argument, NULL, 'B' },
-                { "header-bytes", required_argument, NULL, 'E' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         produce_opts_t o = { .keys = "rec", .count = 100, .seed = 1, .content_type = CHOICE_YES, .timeout_s = 60 };
         produce_stats_t st = { { 0 } };
         cfg_t *cfg = NULL;              /* -c FILE; lives to the end (o.brokers may point into it) */
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_t *rk = NULL;
         uint8_t *buf = NULL;
-        char errstr[512];
-        double t0, secs;
-        int c, r = 1, left;
-        long v;
+        char errstr[512] = "";
+        double t0;
+        int c, k, r = 1;
 
         /* zstd by default (-X compression.type=none undoes it): the tiles
          * payload then takes a few KiB a record in the broker's log. */
         if (rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "compression.type", "zstd", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
-        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:A:RB:E:h", opts, NULL)) != -1) {
-                switch (c) {
-                case 'c': {
-                        errbuf_t err = {};
-
-                        cfg_free(cfg);
-                        cfg = NULL;
-                        if (cfg_load(&cfg, optarg, &err) < 0 || cfg_kafka_apply(cfg, 1, conf, &err) < 0) {
-                                fprintf(stderr, "inferd-produce: %s\n", err.msg);
-                                cfg_free(cfg);
-                                rd_kafka_conf_destroy(conf);
-                                return 2;
-                        }
-                        break;
-                }
-                case 'b':
-                        o.brokers = optarg;
-                        break;
-                case 't':
-                        o.topic = optarg;
-                        break;
-                case 'n':
-                        if (units_parse_long(optarg, 0, 100000000, &o.count) < 0)
-                                goto bad_arg;
-                        break;
-                case 'r':
-                        if (parse_double(optarg, 0, 1e9, &o.rate_per_s) < 0)
-                                goto bad_arg;
-                        break;
-                case 'f':
-                        if (strcmp(optarg, "rgb8") == 0)
-                                o.format = FORMAT_RGB8;
-                        else if (strcmp(optarg, "f32") == 0)
-                                o.format = FORMAT_F32;
-                        else if (strcmp(optarg, "mixed") == 0)
-                                o.format = FORMAT_MIXED;
-                        else if (strcmp(optarg, "jpeg") == 0)
-                                o.format = FORMAT_JPEG;
-                        else if (strcmp(optarg, "png") == 0)
-                                o.format = FORMAT_PNG;
-                        else if (strcmp(optarg, "webp") == 0)
-                                o.format = FORMAT_WEBP;
-                        else
-                                goto bad_arg;
-                        break;
-                case 'I':
-                        o.images_dir = optarg;
-                        break;
-                case 'A':
-                        if (units_parse_long(optarg, -366L * 86400 * 1000, 366L * 86400 * 1000, &o.age_ms) < 0)
-                                goto bad_arg;
-                        o.have_age = true;
-                        break;
-                case 'R':
-                        o.trace = true;
-                        break;
-                case 'F':
-                        if (parse_double(optarg, 0, 1, &o.bad_fraction) < 0)
-                                goto bad_arg;
-                        break;
-                case 'k':
-                        if (!*optarg || strlen(optarg) > 200)
-                                goto bad_arg;
-                        o.keys = optarg;
-                        break;
-                case 's':
-                        if (units_parse_long(optarg, 0, LONG_MAX, &v) < 0)
-                                goto bad_arg;
-                        o.seed = (uint64_t)v;
-                        break;
-                case 'H':
-                        if (strcmp(optarg, "yes") == 0)
-                                o.content_type = CHOICE_YES;
-                        else if (strcmp(optarg, "no") == 0)
-                                o.content_type = CHOICE_NO;
-                        else if (strcmp(optarg, "mixed") == 0)
-                                o.content_type = CHOICE_MIXED;
-                        else
-                                goto bad_arg;
-                        break;
-                case 'B':
-                        if (units_parse_long(optarg, 1, 16L << 20, &o.bad_bytes) < 0)
-                                goto bad_arg;
-                        break;
-                case 'E':
-                        if (units_parse_long(optarg, 1, 16L << 20, &o.header_bytes) < 0)
-                                goto bad_arg;
-                        break;
-                case 'P':
-                        if (strcmp(optarg, "tiles") == 0)
-                                o.payload = PAYLOAD_TILES;
-                        else if (strcmp(optarg, "random") == 0)
-                                o.payload = PAYLOAD_RANDOM;
-                        else
-                                goto bad_arg;
-                        break;
-                case 'T':
-                        if (units_parse_long(optarg, 1, 86400, &v) < 0)
-                                goto bad_arg;
-                        o.timeout_s = (int)v;
-                        break;
-                case 'X':
-                        if (kafka_conf_set_pair(conf, optarg, errstr, sizeof(errstr)) < 0) {
-                                if (!errstr[0])
-                                        goto bad_arg;
-                                goto bad_conf;
-                        }
-                        break;
-                case 'h':
-                        usage(stdout);
-                        rd_kafka_conf_destroy(conf);
-                        return 0;
-                default:
-                        usage(stderr);
-                        rd_kafka_conf_destroy(conf);
-                        return 2;
-                }
+        while ((c = getopt_long(argc, argv, "c:b:t:n:r:f:F:k:s:H:T:P:I:X:A:RB:E:h", produce_long_opts, NULL)) != -1) {
+                errstr[0] = '\0';
+                k = produce_option(c, &o, &cfg, conf, errstr, sizeof(errstr));
+                if (k == OPT_OK)
+                        continue;
+                if (k == OPT_BAD_ARG)
+                        goto bad_arg;
+                if (k == OPT_BAD_CONF)
+                        goto bad_conf;
+                if (k != OPT_SAID)
+                        usage(k == OPT_HELP ? stdout : stderr);
+                cfg_free(cfg);
+                rd_kafka_conf_destroy(conf);
+                return k == OPT_HELP ? 0 : 2;
         }
         if (optind < argc) {
                 fprintf(stderr, "inferd-produce: unexpected argument '%s'\n", argv[optind]);
-                rd_kafka_conf_destroy(conf);
-                return 2;
+                goto fail_usage;
         }
         if (!o.brokers && cfg)
                 o.brokers = cfg->kafka.brokers;
         if (!o.brokers || !o.topic) {
                 fprintf(stderr, "inferd-produce: -b BROKERS and -t TOPIC are required\n");
                 usage(stderr);
-                rd_kafka_conf_destroy(conf);
-                return 2;
+                goto fail_usage;
         }
         if (o.images_dir && !format_encoded(o.format)) {
                 fprintf(stderr, "inferd-produce: --images goes with --format jpeg, png or webp\n");
-                rd_kafka_conf_destroy(conf);
-                return 2;
+                goto fail_usage;
         }
-        if (o.images_dir && load_images(&o) < 0) {
-                rd_kafka_conf_destroy(conf);
-                return 2;
-        }
+        if (o.images_dir && load_images(&o) < 0)
+                goto fail_usage;
         if (rd_kafka_conf_set(conf, "bootstrap.servers", o.brokers, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
                 goto bad_conf;
         rd_kafka_conf_set_opaque(conf, &st);
@@ -811,60 +866,10 @@ int main(int argc, char **argv) {
         }
 
         t0 = now_s();
-        for (long i = 0; i < o.count; i++) {
-                produce_kind_t kind = record_kind(i, o.bad_fraction);
-                const char *ct = NULL;
-                size_t len;
-
-                if (kind != KIND_OK && o.bad_bytes > 0)
-                        kind = (size_t)o.bad_bytes > RECORD_MAX_BYTES ? KIND_TOO_LARGE : KIND_BAD_SIZE;
-
-                if (o.rate_per_s > 0) {
-                        /* Paced against the start, so that delays do not add up;
-                         * waiting is spent serving delivery reports. */
-                        double due = t0 + (double)i / o.rate_per_s, wait_s;
-
-                        while ((wait_s = due - now_s()) > 0)
-                                rd_kafka_poll(rk, (int)ceil(wait_s * 1000.0));
-                }
-                len = make_record(&o, i, kind, buf, &ct, &st);
-                /* A file of --images that inferd refuses is expected as refused. */
-                if (kind == KIND_OK && o.images.n && o.images.kind[i % o.images.n] != KIND_OK) {
-                        kind = (produce_kind_t)o.images.kind[i % o.images.n];
-                        if (o.format == FORMAT_JPEG)
-                                st.jpeg--;
-                        else if (o.format == FORMAT_PNG)
-                                st.png--;
-                        else
-                                st.webp--;
-                }
-                if (len == 0) {
-                        fprintf(stderr, "inferd-produce: cannot encode record %ld\n", i);
-                        goto out;
-                }
-                if (produce_one(rk, &o, i, kind, buf, len, ct) < 0)
-                        goto out;
-                st.kind[kind]++;
-                st.bytes += len;
-                rd_kafka_poll(rk, 0);
-        }
+        if (produce_records(rk, &o, &st, buf, t0) < 0)
+                goto out;
         rd_kafka_flush(rk, o.timeout_s * 1000);
-        secs = now_s() - t0;
-        left = rd_kafka_outq_len(rk);
-
-        printf("{\"topic\":\"%s\",\"records\":%ld,\"delivered\":%ld,\"failed\":%ld,\"undelivered\":%d,"
-               "\"ok\":%ld,\"bad-size\":%ld,\"bad-content-type\":%ld,\"decode-failed\":%ld,\"too-large\":%ld,"
-               "\"rgb8\":%ld,\"f32\":%ld,\"jpeg\":%ld,\"png\":%ld,\"webp\":%ld,\"with_content_type\":%ld,\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
-               "\"records_per_second\":%.1f}\n",
-               o.topic, o.count, st.delivered, st.failed, left, st.kind[KIND_OK], st.kind[KIND_BAD_SIZE],
-               st.kind[KIND_BAD_CONTENT_TYPE], st.kind[KIND_DECODE_FAILED], st.kind[KIND_TOO_LARGE], st.rgb8, st.f32,
-               st.jpeg, st.png, st.webp,
-               st.with_content_type, st.bytes, secs, secs > 0 ? (double)st.delivered / secs : 0.0);
-        fflush(stdout);
-        if (st.failed)
-                fprintf(stderr, "inferd-produce: %ld records failed; the first: %s\n", st.failed, st.first_error);
-        if (left)
-                fprintf(stderr, "inferd-produce: %d records still undelivered after %d s\n", left, o.timeout_s);
+        produce_report(&o, &st, now_s() - t0, rd_kafka_outq_len(rk));
         r = st.delivered == o.count ? 0 : 1;
 out:
         free(buf);
@@ -879,16 +884,17 @@ out:
         return r;
 
 bad_arg:
-        for (const struct option *p = opts; p->name; p++)
+        for (const struct option *p = produce_long_opts; p->name; p++)
                 if (p->val == c)
                         fprintf(stderr, "inferd-produce: bad value '%s' for --%s\n", optarg, p->name);
         if (c == 'X')
                 fprintf(stderr, "inferd-produce: -X '%s' is not PROPERTY=VALUE\n", optarg);
         usage(stderr);
-        rd_kafka_conf_destroy(conf);
-        return 2;
+        goto fail_usage;
 bad_conf:
         fprintf(stderr, "inferd-produce: %s\n", errstr);
+fail_usage:
         rd_kafka_conf_destroy(conf);
+        cfg_free(cfg);
         return 2;
 }
