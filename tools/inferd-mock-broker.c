@@ -15,8 +15,10 @@
  * "error: ..." for a line it does not understand. End of stdin is not a stop.
  *
  * It is not a Kafka server for real data: everything lives in memory and is
- * lost at exit, and the Admin API (CreateTopics) is not supported by the mock;
- * topics come from --topic or from a producer's auto-creation. */
+ * lost at exit, each partition keeps only about its last 5 MiB (older records
+ * are dropped without an error; librdkafka 2.0.2's mock has no setting for
+ * it), and the Admin API (CreateTopics) is not supported by the mock; topics
+ * come from --topic or from a producer's auto-creation. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -54,7 +56,9 @@ static void usage(FILE *f) {
                 "Runs librdkafka's mock Kafka cluster on loopback and prints its bootstrap\n"
                 "address as the first line. SIGUSR1/SIGUSR2 or \"down [N]\"/\"up [N]\" on stdin\n"
                 "take brokers down and up; \"rtt MS\" on stdin delays every answer by MS ms.\n"
-                "SIGTERM or SIGINT stops it.\n");
+                "SIGTERM or SIGINT stops it. Each partition keeps only its last 5 MiB or so\n"
+                "(librdkafka's mock has no setting for it): older records vanish without an\n"
+                "error, so produce compressible records, or fewer.\n");
 }
 
 /* Parses "NAME:PARTITIONS". Returns 0 or -EINVAL. */

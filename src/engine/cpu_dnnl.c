@@ -271,7 +271,7 @@ int cpu_dnnl_sizes(const model_t *m, int max_batch, precision_t p, const size_t 
         }
         *ret_scratch_bytes = cpu_dnnl_align(scratch);
         *ret_weights_bytes = weights;
-        *ret_kernel_bytes = prims * CPU_DNNL_KERNEL_BYTES_EACH;
+        *ret_kernel_bytes = prims * cpu_dnnl_kernel_bytes_each(p);
         return 0;
 }
 
@@ -602,6 +602,12 @@ const char *cpu_dnnl_isa(void) {
         default:
                 return "unknown";
         }
+}
+
+size_t cpu_dnnl_kernel_bytes_each(precision_t p) {
+        if (p == PRECISION_BF16 && dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx)
+                return CPU_DNNL_KERNEL_BYTES_EACH_AMX_BF16;
+        return CPU_DNNL_KERNEL_BYTES_EACH;
 }
 
 int cpu_dnnl_has_bf16(void) {

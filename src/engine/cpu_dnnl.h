@@ -38,15 +38,27 @@
 
 typedef struct cpu_dnnl cpu_dnnl_t;
 
-/* What one primitive's JIT-generated code keeps resident, at most on
- * average: oneDNN has no query for it, so it is measured (RSS around
- * dnnl_primitive_create, oneDNN 2.6.3 on AVX-512 with bf16, docs/perf.md):
- * 82 to 121 KiB a primitive on average over ResNet-18, -50, -101 and
- * wide_resnet50_2's convs and max pool, fp32 and bf16, from 24 KiB (a small
- * 1x1) to 240 KiB (layer4's 1x1s), the same at any batch. The plan charges
- * this for each primitive (cpu_dnnl_sizes' kernel bytes), as the CUDA plan
- * charges each captured graph. */
+/* What one primitive keeps resident, at most on average: the code oneDNN
+ * generates for it and its own objects on the heap. oneDNN has no query for
+ * it, so it is measured (oneDNN 2.6.3, docs/perf.md):
+ * - AVX-512 with bf16 (a Zen 5 EPYC; RSS around dnnl_primitive_create): 82
+ *   to 121 KiB a primitive on average over ResNet-18, -50, -101 and
+ *   wide_resnet50_2's convs and max pool, fp32 and bf16, from 24 KiB (a
+ *   small 1x1) to 240 KiB (layer4's 1x1s), the same at any batch;
+ * - an Intel Xeon with AMX (/proc/PID/smaps during `inferd-run --bench`,
+ *   ResNet-50 at batch 1 to 64): fp32 on the avx512_core kernels 104 KiB
+ *   (41 of code, 63 of objects); bf16 on the AMX brgconv kernels 241 to 243
+ *   KiB at batch 8 to 64 (134 to 142 of code, 99 of objects; issue 42).
+ * The plan charges cpu_dnnl_kernel_bytes_each for each primitive
+ * (cpu_dnnl_sizes' kernel bytes), as the CUDA plan charges each captured
+ * graph. */
 #define CPU_DNNL_KERNEL_BYTES_EACH ((size_t)128 << 10)
+#define CPU_DNNL_KERNEL_BYTES_EACH_AMX_BF16 ((size_t)256 << 10)
+
+/* The bytes the plan charges for each primitive in precision p on this
+ * CPU: CPU_DNNL_KERNEL_BYTES_EACH_AMX_BF16 where bf16 runs on AMX,
+ * CPU_DNNL_KERNEL_BYTES_EACH elsewhere. */
+size_t cpu_dnnl_kernel_bytes_each(precision_t p);
 
 /* Whether cpu_dnnl runs ops of this kind in precision p (fp32 or bf16):
  * the convs and the max pool. The engine runs the others. */

@@ -20,7 +20,7 @@
  * (model_drop_conv_weights; the reference, which reads them, and tests that
  * open a second engine on the model keep them); the fc's fp32 weights and
  * every bias stay in the model's blocks. With them, the code oneDNN generates for its
- * primitives (the plan's context term: CPU_DNNL_KERNEL_BYTES_EACH a
+ * primitives (the plan's context term: cpu_dnnl_kernel_bytes_each a
  * primitive, a measured bound); one arena holds the activations at
  * max_batch in the precision (placed by the plan, which this engine's terms
  * ask to put a residual conv's output over its dead residual input: oneDNN
