@@ -55,7 +55,7 @@ static void usage(FILE *f) {
                    "       inferd --version\n"
                    "\n"
                    "Consumes images from Kafka, classifies them with ResNet-50 and produces\n"
-                   "predictions. FILE defaults to " CFG_DEFAULT_PATH ".\n");
+                   "predictions. FILE (-c FILE or --config FILE) defaults to " CFG_DEFAULT_PATH ".\n");
 }
 
 /* Loads and checks the config, including the librdkafka passthrough keys. */
