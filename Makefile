@@ -203,9 +203,11 @@ $(BUILD)/%.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(ALL_NVCCFLAGS) -c $< -o $@
 
+# scdoc asks for no hyphenation (.nh) before .TH, whose macro turns it back
+# on: the sed says it again after .TH, so that no option breaks at a line's end.
 $(BUILD)/man/%: man/%.scd packaging/deb/changelog
 	@mkdir -p $(dir $@)
-	SOURCE_DATE_EPOCH=$(MAN_EPOCH) $(SCDOC) <$< >$@.tmp && mv $@.tmp $@
+	SOURCE_DATE_EPOCH=$(MAN_EPOCH) $(SCDOC) <$< >$@.tmp && sed -i '/^\.TH /a .nh' $@.tmp && mv $@.tmp $@
 
 $(BUILD)/man/inferd.ini.5: man/inferd.ini.5
 	@mkdir -p $(dir $@)

@@ -74,7 +74,9 @@ static void test_cfg_doc_man_lists_every_key(void) {
  * means (a description or a value starting with '.' or '\'' would be read
  * as one, and lost), and no markdown is left: no backquote, no "**". */
 static void test_cfg_doc_man_roff_only(void) {
-        static const char *const requests[] = { ".\\\" ", ".TH ", ".SH ", ".SS ", ".TP\n", ".PP\n", ".IP ", ".br\n" };
+        static const char *const requests[] = {
+                ".\\\" ", ".TH ", ".nh\n", ".ad l\n", ".SH ", ".SS ", ".TP\n", ".PP\n", ".IP ", ".br\n",
+        };
         size_t len = 0;
         char *text = NULL;
 
