@@ -6,7 +6,8 @@
 #   make demo       the main job on the embedded defaults
 #   make fuzz       the safetensors reader and the JPEG/PNG decode under libFuzzer (clang)
 #   make deps       installs the Debian packages the build and tests need
-#   make install    the binaries, the unit, the configs and the alert rules under PREFIX (/usr/local)
+#   make man        the man pages, in build/man (scdoc; make builds them too)
+#   make install    the binaries, their man pages, the unit, the configs and the alert rules under PREFIX (/usr/local)
 #   make deb        build/inferd_<VERSION>_amd64.deb, for `apt install ./build/inferd_*.deb`
 #   make image      the OCI image inferd:<VERSION> from that package: build/image/oci, build/image/inferd_<VERSION>.tar
 #
@@ -155,10 +156,25 @@ TOOLS       := $(patsubst tools/%.c,$(BUILD)/%,$(TOOL_SRCS))
 PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 # Installed beside the programs as they are (tools/inferd-cutover: POSIX shell).
 SCRIPTS  := tools/inferd-cutover
+# What make install puts in $(PREFIX)/bin: every program but decode-bench, a
+# benchmark of this build tree that tools/bench-decode runs from $(BUILD).
+INSTALL_PROGRAMS := $(filter-out $(BUILD)/decode-bench,$(PROGRAMS))
+
+# The man pages, one for each installed program and inferd.ini(5). man/*.scd
+# are scdoc's markup, built with scdoc (Debian's package), dated by the
+# package's changelog as debhelper dates a build (SOURCE_DATE_EPOCH), so the
+# same tree makes the same pages. man/inferd.ini.5 is roff that the key table
+# makes (inferd --print-config-man); it is committed, and tests/unit (cfg_doc),
+# tests/cli and tests/deb fail when it differs from what the binary prints.
+SCDOC     ?= scdoc
+MAN_SRCS  := $(wildcard man/*.scd)
+MAN_PAGES := $(MAN_SRCS:man/%.scd=$(BUILD)/man/%) $(BUILD)/man/inferd.ini.5
+MAN_EPOCH  = $(or $(SOURCE_DATE_EPOCH),$(shell dpkg-parsechangelog -l packaging/deb/changelog -STimestamp 2>/dev/null),0)
 ENGINE_PROGRAMS := $(BUILD)/inferd-run $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
 
-.PHONY: all engine test unit demo fuzz deps clean install deb image cuda-status cuda-gencode
-all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests)
+.PHONY: all engine man test unit demo fuzz deps clean install deb image cuda-status cuda-gencode
+all: cuda-status $(PROGRAMS) $(BUILD)/tests/unit-tests $(if $(GPU_TEST_SRCS),$(BUILD)/tests/gpu-tests) man
+man: $(MAN_PAGES)
 engine: cuda-status $(ENGINE_PROGRAMS)
 
 cuda-status:
@@ -186,6 +202,16 @@ $(PROG_SRCS:%.c=$(BUILD)/%.o): ALL_CFLAGS += -DINFERD_VERSION='"$(VERSION)"'
 $(BUILD)/%.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(ALL_NVCCFLAGS) -c $< -o $@
+
+# scdoc asks for no hyphenation (.nh) before .TH, whose macro turns it back
+# on: the sed says it again after .TH, so that no option breaks at a line's end.
+$(BUILD)/man/%: man/%.scd packaging/deb/changelog
+	@mkdir -p $(dir $@)
+	SOURCE_DATE_EPOCH=$(MAN_EPOCH) $(SCDOC) <$< >$@.tmp && sed -i '/^\.TH /a .nh' $@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/inferd.ini.5: man/inferd.ini.5
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 $(BUILD)/libinferd-core.a: $(CORE_OBJS) $(CONFIG_STAMP)
 	@rm -f $@
@@ -249,10 +275,15 @@ SYSUSERSDIR ?= $(SYSTEMD_LIB)/sysusers.d
 TMPFILESDIR ?= $(SYSTEMD_LIB)/tmpfiles.d
 DOCDIR      ?= $(PREFIX)/share/doc/inferd
 RULESDIR    ?= $(PREFIX)/share/inferd/prometheus
+MANDIR      ?= $(PREFIX)/share/man
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/inferd \
-		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(RULESDIR)
-	install -m 0755 $(PROGRAMS) $(SCRIPTS) $(DESTDIR)$(PREFIX)/bin/
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(RULESDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(INSTALL_PROGRAMS) $(SCRIPTS) $(DESTDIR)$(PREFIX)/bin/
+	@# Compressed as Debian ships them (gzip -9n: no name, no time stamp).
+	@for p in $(MAN_PAGES); do t=$(DESTDIR)$(MANDIR)/man$${p##*.}/$${p##*/}.gz; \
+		gzip -9n -c "$$p" >"$$t" && chmod 0644 "$$t" || exit 1; done
 	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/inferd/|$(SYSCONFDIR)/inferd/|g; s|/usr/share/doc/inferd/|$(DOCDIR)/|g' \
 		systemd/inferd@.service >$(DESTDIR)$(UNITDIR)/inferd@.service && chmod 0644 $(DESTDIR)$(UNITDIR)/inferd@.service
 	install -m 0644 systemd/inferd.sysusers $(DESTDIR)$(SYSUSERSDIR)/inferd.conf

@@ -13,6 +13,8 @@
  *                                     of the brokers with the consumer's settings
  *   inferd --bench-pipeline [-c FILE] the pipeline benchmark: the daemon with the
  *                                     model's compute left out (tools/bench-pipeline)
+ *   inferd --print-config-reference   every config key, as markdown (docs/config.md)
+ *   inferd --print-config-man         the same, as the man page inferd.ini(5) (man/inferd.ini.5)
  *   inferd --version                  the version (the VERSION file, through the Makefile)
  *
  * main() keeps the fixed order of systemd's daemons: parse arguments and
@@ -49,10 +51,11 @@ static void usage(FILE *f) {
                    "       inferd --topic-partitions [-c FILE]\n"
                    "       inferd --bench-pipeline [-c FILE]   (a benchmark: the model is not run)\n"
                    "       inferd --print-config-reference     (every config key, as markdown)\n"
+                   "       inferd --print-config-man           (the same, as the man page inferd.ini(5))\n"
                    "       inferd --version\n"
                    "\n"
                    "Consumes images from Kafka, classifies them with ResNet-50 and produces\n"
-                   "predictions. FILE defaults to " CFG_DEFAULT_PATH ".\n");
+                   "predictions. FILE (-c FILE or --config FILE) defaults to " CFG_DEFAULT_PATH ".\n");
 }
 
 /* Loads and checks the config, including the librdkafka passthrough keys. */
@@ -230,10 +233,10 @@ typedef struct inferd_args {
 } inferd_args_t;
 
 /* Parses argv into *a. Returns -1 to go on, or the exit status of what is
- * done already: --help, --version, --print-config-reference, or a bad
+ * done already: --help, --version, --print-config-reference or -man, or a bad
  * argument (2, with the usage on stderr). */
 static int inferd_parse_args(int argc, char **argv, inferd_args_t *a) {
-        enum { ARG_REFERENCE = 0x100, ARG_VERSION };
+        enum { ARG_REFERENCE = 0x100, ARG_MAN, ARG_VERSION };
         const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, &a->check, 1 },
@@ -244,6 +247,7 @@ static int inferd_parse_args(int argc, char **argv, inferd_args_t *a) {
                 { "topic-partitions", no_argument, &a->partitions, 1 },
                 { "bench-pipeline", no_argument, &a->bench_pipeline, 1 },
                 { "print-config-reference", no_argument, NULL, ARG_REFERENCE },
+                { "print-config-man", no_argument, NULL, ARG_MAN },
                 { "version", no_argument, NULL, ARG_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -262,6 +266,9 @@ static int inferd_parse_args(int argc, char **argv, inferd_args_t *a) {
                 case ARG_REFERENCE:
                         /* docs/config.md is this output: the key table, documented. */
                         return cfg_write_reference(stdout) < 0 ? 1 : 0;
+                case ARG_MAN:
+                        /* man/inferd.ini.5: the same table, as roff. */
+                        return cfg_write_man(stdout) < 0 ? 1 : 0;
                 case ARG_VERSION:
                         printf("inferd %s\n", INFERD_VERSION);
                         return 0;

@@ -290,6 +290,11 @@ int cfg_log_level_from_string(const char *s, int *ret);
  * Returns 0 or -EIO. */
 int cfg_write_reference(FILE *out);
 
+/* Writes the same reference as the man page inferd.ini(5), in roff (man(7)
+ * macros), the text of man/inferd.ini.5; one walk of the table writes both
+ * (cfg_doc.c). Returns 0 or -EIO. */
+int cfg_write_man(FILE *out);
+
 /* Writes c back as INI text, every table key and passthrough entry (what
  * `inferd --check-config` may print). Returns 0 or -EIO. */
 int cfg_write_ini(const cfg_t *c, FILE *out);

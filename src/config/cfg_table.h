@@ -78,4 +78,8 @@ const cfg_key_t *cfg_find_key(const char *section, const char *name);
 /* Whether s is a section of the table (not a passthrough one). */
 bool cfg_is_section(const char *s);
 
+/* "2GiB" when bytes is a whole number of a binary unit, else plain bytes;
+ * returns buf. In cfg.c, for its messages and for cfg_doc.c's ranges. */
+const char *cfg_format_bytes(uint64_t bytes, char *buf, size_t len);
+
 #endif

@@ -129,12 +129,16 @@ static void daemon_check_drained(daemon_t *d) {
 
         if (!d->draining || d->exit_status || !daemon_nothing_in_flight(d))
                 return;
+        /* A commit point's job still on the transaction thread: its
+         * result (daemon_on_txn_io) comes back here. */
+        if (daemon_eos(d) && kafka_txn_busy(d->kafka))
+                return;
         daemon_stats(d, &st);
         if (daemon_eos(d)) {
                 /* An abortable failure here leaves the offsets where they
                  * were: the next owner redoes those records, and the
                  * aborted outputs are never visible. */
-                if (daemon_txn_commit(d, false) < 0 && d->exit_status)
+                if (daemon_txn_commit(d) < 0 && d->exit_status)
                         return;
         } else {
                 r = kafka_commit_sync(d->kafka, &err);
@@ -252,6 +256,20 @@ static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)revents;
         kafka_fd_clear(fd);
         daemon_pump(d);
+        daemon_progress(d);
+        daemon_loop_leave(d);
+        return 0;
+}
+
+/* The transaction thread's job is done: the commit point's result. */
+static int daemon_on_txn_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        daemon_t *d = userdata;
+
+        daemon_loop_enter(d, "transaction thread");
+        (void)s;
+        (void)fd;
+        (void)revents;
+        daemon_txn_done(d);
         daemon_progress(d);
         daemon_loop_leave(d);
         return 0;
@@ -406,8 +424,9 @@ void daemon_watchdog_ping(daemon_t *d) {
                             (double)(t - st.last_progress_us) / 1e6);
 }
 
-/* A transactional call blocks the loop (a commit inside a revoke or a
- * drain can wait up to DAEMON_TXN_TIMEOUT_MS): it pings on the same rule. */
+/* A revoke waits for the transaction thread's commit or abort (the revoke
+ * callback blocks the loop until issue 36's revoke becomes a state of it):
+ * it pings on the same rule meanwhile. */
 static void daemon_on_txn_waiting(void *userdata) {
         daemon_watchdog_ping(userdata);
 }
@@ -505,6 +524,7 @@ void daemon_free(daemon_t *d) {
         sd_event_source_unref(d->sig_hup);
         sd_event_source_unref(d->consumer_io);
         sd_event_source_unref(d->producer_io);
+        sd_event_source_unref(d->txn_io);
         sd_event_source_unref(d->engine_io);
         sd_event_source_unref(d->decode_io);
         sd_event_source_unref(d->poll_timer);
@@ -740,6 +760,9 @@ static int daemon_start_sources(daemon_t *d, errbuf_t *err) {
             (r = sd_event_add_time(d->event, &d->hold_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_hold, d)) < 0 ||
             (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
+        if (daemon_eos(d) && (r = sd_event_add_io(d->event, &d->txn_io, kafka_txn_fd(d->kafka), EPOLLIN,
+                                                  daemon_on_txn_io, d)) < 0)
+                return errbuf_set(err, r, "Failed to add the transaction thread's event source: %s", strerror(-r));
         if ((r = daemon_loop_start(d, err)) < 0)
                 return r;
         sd_event_source_set_enabled(d->poll_timer, SD_EVENT_ON);

@@ -30,7 +30,11 @@
 #include "decode/pool.h"
 #include "engine/engine.h"
 
-#define DAEMON_TXN_TIMEOUT_MS KAFKA_TXN_TIMEOUT_MS   /* the rewind waits as long (kafka.h) */
+#define DAEMON_TXN_TIMEOUT_MS KAFKA_TXN_TIMEOUT_MS   /* init_transactions' attempts (kafka.h) */
+/* The commit's and the abort's wait on the transaction thread: librdkafka's
+ * recommended -1, the transaction's remaining timeout (the offsets' is
+ * KAFKA_TXN_TIMEOUT_MS). */
+#define DAEMON_TXN_CALL_TIMEOUT_MS (-1)
 /* init_transactions retries a coordinator that does not answer for this
  * long, then the daemon stops and says why: within the start-up extension
  * (DAEMON_START_EXTEND_US) sent before it, so that the reason reaches the
@@ -89,6 +93,8 @@ struct daemon {
                                          * partitions rewound; outputs meanwhile are dropped */
         int txn_doomed_aborts;          /* such aborts since the last commit (a limit stops a loop) */
         uint64_t txn_closed_us;         /* when the commit point in progress closed the intake; 0 = none */
+        uint64_t txn_job_us;            /* when its job went to the transaction thread */
+        sd_event_source *txn_io;        /* the transaction thread's result (exactly-once) */
         struct {                        /* the commit points' cost, logged when the daemon drains */
                 uint64_t commits, inflight_us, commit_us;
         } txn_totals;
@@ -168,10 +174,12 @@ void daemon_watchdog_ping(daemon_t *d);
 /* daemon_txn.c: exactly-once, the commit points. */
 bool daemon_eos(const daemon_t *d);
 int daemon_txn_note(daemon_t *d, const char *topic, int32_t partition, int64_t next);
-int daemon_txn_abort(daemon_t *d, bool rewind);
-int daemon_txn_commit(daemon_t *d, bool rewind);
+int daemon_txn_abort(daemon_t *d);
+int daemon_txn_commit(daemon_t *d);
 void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
+void daemon_txn_done(daemon_t *d);
+void daemon_txn_settle(daemon_t *d);
 void daemon_txn_log_totals(const daemon_t *d);
 
 /* daemon_rebalance.c: Kafka's callbacks (kafka_callbacks_t) and the

@@ -43,6 +43,9 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
         if (!d->pipeline)
                 return;         /* not started: nothing was taken */
         d->in_revoke = true;
+        /* A commit point's job on the transaction thread ends first: how
+         * the transaction ended decides what this revoke commits. */
+        daemon_txn_settle(d);
         in_pipeline = daemon_records_in_pipeline(d);
         pipeline_held_drop(d->pipeline, parts);
         pipeline_flush_filling(d->pipeline);
@@ -81,9 +84,9 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
                  * produced again by the next owner. */
                 if (lost || d->txn_doomed || unfinished) {
                         d->txn_doomed = false;
-                        daemon_txn_abort(d, false);
+                        daemon_txn_abort(d);
                 } else
-                        daemon_txn_commit(d, false);
+                        daemon_txn_commit(d);
                 if (d->txn_closing && !d->exit_status) {
                         d->txn_closing = false;
                         if (!d->swap_paused_us)

@@ -42,78 +42,162 @@ static void daemon_txn_forget(daemon_t *d) {
         d->txn_closed_us = 0;
 }
 
-/* After an abortable failure: abort, then read every assigned partition
- * again from the group's committed offsets (what the aborted transaction
- * would have moved on is redone). rewind is false while partitions are being
- * revoked: the next owner reads them from the committed offsets anyway. */
-int daemon_txn_abort(daemon_t *d, bool rewind) {
-        rd_kafka_topic_partition_list_t *parts = NULL;
+/* After an abort: reads every assigned partition again from parts, the
+ * group's committed offsets as the transaction thread read them (what the
+ * aborted transaction would have moved on is redone). Takes parts. */
+static void daemon_txn_rewound(daemon_t *d, rd_kafka_topic_partition_list_t *parts) {
+        errbuf_t err = {};
+
+        pipeline_held_drop(d->pipeline, NULL);
+        if (kafka_seek_to(d->kafka, parts, &err) < 0) {
+                log_error("%s; stopping", err.msg);
+                daemon_fail(d, 1);
+        } else {
+                /* Fresh tracking: the same offsets come again. */
+                for (int i = 0; i < parts->cnt; i++)
+                        batch_offsets_assign(d->offsets, parts->elems[i].topic, parts->elems[i].partition);
+                log_warning("Aborted the transaction and rewound %d partition(s) to the committed offsets",
+                            parts->cnt);
+        }
+        rd_kafka_topic_partition_list_destroy(parts);
+}
+
+/* A committed transaction: its commit point's costs counted. */
+static void daemon_txn_committed(daemon_t *d, int n, uint64_t t0) {
+        uint64_t t1 = daemon_now_us();
+
+        d->txn_doomed_aborts = 0;
+        if (d->txn_closed_us) {
+                /* A commit point's two costs: the intake closed while what
+                 * was in flight finished, then the commit's round trips
+                 * (send_offsets_to_transaction, commit) on the transaction
+                 * thread. */
+                d->txn_totals.commits++;
+                d->txn_totals.inflight_us += t0 - d->txn_closed_us;
+                d->txn_totals.commit_us += t1 - t0;
+                log_debug("Committed transaction: %d partition offset(s); its commit point waited %.1f ms for the "
+                          "outputs in flight, then %.1f ms for the commit",
+                          n, (double)(t0 - d->txn_closed_us) / 1e3, (double)(t1 - t0) / 1e3);
+        } else if (n > 0 || d->txn_opened_us)
+                log_debug("Committed transaction: %d partition offset(s)", n);
+        daemon_txn_forget(d);
+}
+
+/* Ends the open transaction without its offsets (a revoke's: the next owner
+ * reads the partitions from the committed offsets). Blocking: the revoke
+ * callback waits for the transaction thread. */
+int daemon_txn_abort(daemon_t *d) {
         errbuf_t err = {};
         int r;
 
         daemon_txn_forget(d);
-        r = kafka_txn_abort(d->kafka, DAEMON_TXN_TIMEOUT_MS, &err);
+        r = kafka_txn_abort(d->kafka, DAEMON_TXN_CALL_TIMEOUT_MS, &err);
         if (r < 0) {
                 log_error("%s; stopping", err.msg);
                 daemon_fail(d, 1);
                 return r;
         }
-        if (!rewind) {
-                log_warning("Aborted the transaction");
-                return 0;
-        }
-        pipeline_held_drop(d->pipeline, NULL);
-        r = kafka_rewind(d->kafka, &parts, &err);
-        if (r < 0) {
-                log_error("%s; stopping", err.msg);
-                daemon_fail(d, 1);
-                return r;
-        }
-        /* Fresh tracking: the same offsets come again. */
-        for (int i = 0; i < parts->cnt; i++)
-                batch_offsets_assign(d->offsets, parts->elems[i].topic, parts->elems[i].partition);
-        log_warning("Aborted the transaction and rewound %d partition(s) to the committed offsets", parts->cnt);
-        rd_kafka_topic_partition_list_destroy(parts);
+        log_warning("Aborted the transaction");
         return 0;
 }
 
-/* Commits the open transaction with the offsets it covers. Every output in
- * it must be acknowledged and every record taken before it finished (the
- * caller's commit point). Retriable failures were retried in kafka_txn_commit;
- * an abortable one aborts (and rewinds unless revoking); a fatal one (fenced:
- * another incarnation took over) stops the daemon with status 1. */
-int daemon_txn_commit(daemon_t *d, bool rewind) {
+/* Commits the open transaction with the offsets it covers, every output in
+ * it acknowledged and every record taken before it finished (a revoke's or
+ * the drain's last commit). Blocking: waits for the transaction thread. An
+ * abortable failure was aborted there (the offsets stay where they were: the
+ * next owner redoes those records, and the aborted outputs are never
+ * visible); a fatal one (fenced: another incarnation took over) stops the
+ * daemon with status 1. */
+int daemon_txn_commit(daemon_t *d) {
         int n = d->txn_offsets ? d->txn_offsets->cnt : 0;
-        uint64_t t0 = daemon_now_us(), t1;
+        uint64_t t0 = daemon_now_us();
         errbuf_t err = {};
         int r;
 
-        r = kafka_txn_commit(d->kafka, d->txn_offsets, DAEMON_TXN_TIMEOUT_MS, &err);
+        r = kafka_txn_commit(d->kafka, d->txn_offsets, DAEMON_TXN_CALL_TIMEOUT_MS, &err);
         if (r == 0) {
-                t1 = daemon_now_us();
-                d->txn_doomed_aborts = 0;
-                if (d->txn_closed_us) {
-                        /* A commit point's two costs: the intake closed while
-                         * what was in flight finished, then the commit's round
-                         * trips (send_offsets_to_transaction, commit). */
-                        d->txn_totals.commits++;
-                        d->txn_totals.inflight_us += t0 - d->txn_closed_us;
-                        d->txn_totals.commit_us += t1 - t0;
-                        log_debug("Committed transaction: %d partition offset(s); its commit point waited %.1f ms "
-                                  "for the outputs in flight, then %.1f ms for the commit",
-                                  n, (double)(t0 - d->txn_closed_us) / 1e3, (double)(t1 - t0) / 1e3);
-                } else if (n > 0 || d->txn_opened_us)
-                        log_debug("Committed transaction: %d partition offset(s)", n);
-                daemon_txn_forget(d);
+                daemon_txn_committed(d, n, t0);
                 return 0;
         }
+        daemon_txn_forget(d);
         if (r == -ECANCELED) {
-                log_warning("%s", err.msg);
-                return daemon_txn_abort(d, rewind);
+                log_warning("%s; aborted the transaction", err.msg);
+                return 0;
         }
         log_error("%s; stopping", err.msg);
         daemon_fail(d, 1);
         return r;
+}
+
+/* Hands the commit point's job to the transaction thread: the commit with
+ * the offsets it covers, or the abort of a doomed transaction (both with
+ * the rewind's read when it aborts). The loop goes on serving meanwhile
+ * (probes, the watchdog, the timers); daemon_txn_done takes the result. */
+static void daemon_txn_start(daemon_t *d, kafka_txn_job_kind_t kind) {
+        errbuf_t err = {};
+
+        d->txn_job_us = daemon_now_us();
+        if (kafka_txn_submit(d->kafka, kind, kind == KAFKA_TXN_JOB_COMMIT ? d->txn_offsets : NULL,
+                             DAEMON_TXN_CALL_TIMEOUT_MS, true, &err) < 0) {
+                log_error("%s; stopping", err.msg);
+                daemon_fail(d, 1);
+        }
+}
+
+/* What the transaction thread's job came to: committed (the costs
+ * counted), aborted after an abortable failure or as asked (the partitions
+ * rewound), or failed for good (the daemon stops with status 1). */
+static void daemon_txn_settled(daemon_t *d, int r, kafka_txn_result_t *res, const errbuf_t *err) {
+        int n = d->txn_offsets ? d->txn_offsets->cnt : 0;
+
+        if (r == 0 && res->committed) {
+                daemon_txn_committed(d, n, d->txn_job_us);
+                return;
+        }
+        daemon_txn_forget(d);
+        if (res->aborted && res->rewind_to) {
+                if (res->cause[0])
+                        log_warning("%s", res->cause);
+                daemon_txn_rewound(d, res->rewind_to);
+                return;
+        }
+        if (res->rewind_to)
+                rd_kafka_topic_partition_list_destroy(res->rewind_to);
+        log_error("%s; stopping", err->msg);
+        daemon_fail(d, 1);
+}
+
+/* The transaction thread is done (its fd readable): settles the result,
+ * and opens the intake again, unless a revoke is in progress (it does that
+ * itself), the daemon stops, drains or swaps its model. */
+void daemon_txn_done(daemon_t *d) {
+        kafka_txn_result_t res;
+        errbuf_t err = {};
+        int r = kafka_txn_collect(d->kafka, &res, &err);
+
+        if (r == -EINPROGRESS)
+                return;
+        daemon_txn_settled(d, r, &res, &err);
+        if (d->in_revoke)
+                return;
+        d->txn_closing = false;
+        if (d->exit_status || d->draining || d->swap_paused_us)
+                return;         /* a model swap keeps the intake closed (daemon_swap_end opens it) */
+        pipeline_set_intake(d->pipeline, true);
+        daemon_pump(d);
+}
+
+/* Waits for a job handed to the transaction thread, and settles it (a
+ * revoke, which must know how the transaction ended before it commits). */
+void daemon_txn_settle(daemon_t *d) {
+        kafka_txn_result_t res;
+        errbuf_t err = {};
+        int r;
+
+        if (!daemon_eos(d) || !kafka_txn_busy(d->kafka))
+                return;
+        r = kafka_txn_wait(d->kafka, &res, &err);
+        daemon_txn_settled(d, r, &res, &err);
 }
 
 /* Starts a commit point when the open transaction is old enough: nothing
@@ -145,12 +229,13 @@ void daemon_txn_maybe_close(daemon_t *d) {
 }
 
 /* At the commit point (every output acknowledged, nothing in the slots),
- * commits and opens the intake again. A doomed transaction is aborted as
- * soon as the slots are empty (its outputs will never be acknowledged), and
- * the partitions rewound: its records come again, and a DLQ copy the broker
- * refused is then cut before it is sent (pipeline_delivery_failed). */
+ * hands the commit to the transaction thread; daemon_txn_done opens the
+ * intake again. A doomed transaction is aborted as soon as the slots are
+ * empty (its outputs will never be acknowledged), and the partitions
+ * rewound: its records come again, and a DLQ copy the broker refused is then
+ * cut before it is sent (pipeline_delivery_failed). */
 void daemon_txn_check(daemon_t *d) {
-        if (!d->txn_closing || d->exit_status)
+        if (!d->txn_closing || d->exit_status || kafka_txn_busy(d->kafka))
                 return;
         if (kafka_txn_failed(d->kafka))
                 d->txn_doomed = true;
@@ -165,24 +250,12 @@ void daemon_txn_check(daemon_t *d) {
                         return;
                 }
                 log_warning("The transaction failed (librdkafka: see the line above); aborting it");
-                daemon_txn_abort(d, true);
-                d->txn_closing = false;
-                if (d->exit_status || d->swap_paused_us)
-                        return;
-                pipeline_set_intake(d->pipeline, true);
-                daemon_pump(d);
+                daemon_txn_start(d, KAFKA_TXN_JOB_ABORT);
                 return;
         }
         if (!daemon_nothing_in_flight(d))
                 return;
-        daemon_txn_commit(d, true);
-        d->txn_closing = false;
-        if (d->exit_status)
-                return;
-        if (d->swap_paused_us)
-                return;         /* a model swap keeps the intake closed (daemon_swap_end opens it) */
-        pipeline_set_intake(d->pipeline, true);
-        daemon_pump(d);
+        daemon_txn_start(d, KAFKA_TXN_JOB_COMMIT);
 }
 
 /* Says, once the daemon drains, what its commit points cost in all: the

@@ -580,7 +580,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         k = calloc(1, sizeof(*k));
         if (!k)
                 return -ENOMEM;
-        k->consumer_fd = k->producer_fd = -1;
+        k->consumer_fd = k->producer_fd = k->txn_job.fd = -1;
         k->rx_msgs = -1;
         k->limits = *limits;
         kafka_fetch_say_overrides(c, limits);
@@ -600,6 +600,8 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
                 goto fail;
         r = kafka_new_producer(k, c, limits, err);
         if (r < 0)
+                goto fail;
+        if (k->transactional && (r = kafka_txn_thread_start(k, err)) < 0)
                 goto fail;
 
         /* Logs, errors and rebalances on the consumer's main queue go to the
@@ -629,6 +631,7 @@ fail:
 void kafka_free(kafka_t *k) {
         if (!k)
                 return;
+        kafka_txn_thread_stop(k);
         if (k->consumer_q) {
                 rd_kafka_queue_io_event_enable(k->consumer_q, -1, NULL, 0);
                 rd_kafka_queue_destroy(k->consumer_q);

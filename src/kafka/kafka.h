@@ -183,8 +183,12 @@ const char *kafka_get_auth_error(const kafka_t *k);
  * The producer is transactional (transactional.id <group>-<instance>-<input
  * topic>); kafka_produce opens a transaction before the first output after a
  * commit. The consumer commits nothing by itself (enable.auto.commit=false):
- * offsets reach the group only through kafka_txn_commit. The txn calls block
- * (up to their timeouts) and sort failures into librdkafka's classes:
+ * offsets reach the group only through a transaction's commit. The calls
+ * that wait on the brokers run on a transaction thread of the module's own
+ * (kafka_txn_submit, then kafka_txn_collect once kafka_txn_fd is readable),
+ * so that the owner's loop never waits on a coordinator; kafka_txn_commit,
+ * kafka_txn_abort and kafka_rewind are their blocking forms. Failures are
+ * sorted into librdkafka's classes:
  *   -EAGAIN     retriable, and still failing after a few retries;
  *   -ECANCELED  abortable: call kafka_txn_abort, kafka_rewind, redo;
  *   -EPERM      fatal or fenced: the producer cannot go on (exit);
@@ -210,15 +214,54 @@ bool kafka_txn_failed(const kafka_t *k);
 int kafka_txn_init(kafka_t *k, int timeout_ms, int total_ms, errbuf_t *err);
 int kafka_txn_begin(kafka_t *k, errbuf_t *err);
 
-/* Adds offsets (the next offset to read, per input partition) with the
- * consumer's group metadata to the open transaction and commits it. Nothing
- * open and no offsets is a no-op. */
+/* The transaction thread's jobs: a commit (offsets, if any, sent to the
+ * transaction with the consumer's group metadata, then the commit; on an
+ * abortable failure the transaction is aborted there and then), or an abort.
+ * With rewind, after an abort the job also reads every assigned partition's
+ * committed offset, for kafka_seek_to. */
+typedef enum kafka_txn_job_kind { KAFKA_TXN_JOB_COMMIT, KAFKA_TXN_JOB_ABORT } kafka_txn_job_kind_t;
+
+typedef struct kafka_txn_result {
+        kafka_txn_job_kind_t kind;
+        bool committed;                 /* the transaction was committed */
+        bool aborted;                   /* it was aborted (asked, or after an abortable failure) */
+        char cause[512];                /* a commit's abortable failure, the sentence; "" when none */
+        rd_kafka_topic_partition_list_t *rewind_to;     /* with rewind after an abort: the partitions and
+                                                         * their committed offsets (the caller's) */
+} kafka_txn_result_t;
+
+/* Readable when a submitted job is done. -1 without exactly-once. */
+int kafka_txn_fd(const kafka_t *k);
+/* A job was submitted and its result not yet collected: submit no other,
+ * and produce nothing meanwhile (the commit point has the intake closed). */
+bool kafka_txn_busy(const kafka_t *k);
+/* Hands a job to the thread (offsets copied; a transaction is begun for
+ * offsets when none is open). timeout_ms: each call's wait, -1 for
+ * librdkafka's recommended. */
+int kafka_txn_submit(kafka_t *k, kafka_txn_job_kind_t kind, const rd_kafka_topic_partition_list_t *offsets,
+                     int timeout_ms, bool rewind, errbuf_t *err);
+/* The done job's result: its status (0, or a class above: -ECANCELED is a
+ * commit's abortable failure, aborted by the job) with err, and *res.
+ * -EINPROGRESS while it runs, or when none was submitted. */
+int kafka_txn_collect(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err);
+/* kafka_txn_collect, waiting for the job (the owner's txn_waiting callback
+ * called about every 100 ms meanwhile). */
+int kafka_txn_wait(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err);
+
+/* Blocking: adds offsets (the next offset to read, per input partition) with
+ * the consumer's group metadata to the open transaction and commits it.
+ * Nothing open and no offsets is a no-op. An abortable failure (-ECANCELED)
+ * has been aborted when it returns. */
 int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err);
 int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err);
 
-/* Seeks every assigned partition back to the group's committed offset (the
- * beginning when none), dropping what was fetched beyond it. *ret is the list
- * of the partitions rewound (the caller destroys it). */
+/* Seeks each partition of parts to its offset (kafka_txn_result_t's
+ * rewind_to), dropping what was fetched beyond it. */
+int kafka_seek_to(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, errbuf_t *err);
+
+/* Blocking: seeks every assigned partition back to the group's committed
+ * offset (the beginning when none). *ret is the list of the partitions
+ * rewound (the caller destroys it). */
 int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err);
 
 #endif

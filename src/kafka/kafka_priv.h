@@ -7,6 +7,7 @@
 #define INFERD_KAFKA_PRIV_H
 
 #include <jansson.h>
+#include <pthread.h>
 
 #include "kafka/kafka.h"
 #include "kafka/kafka_auth.h"
@@ -31,6 +32,29 @@ typedef struct kafka_fetch_seen {
         bool ratio_said, leaders_said;  /* each logged once */
 } kafka_fetch_seen_t;
 
+/* The transaction thread's one job (kafka_txn_thread.c). lock guards
+ * pending and quit; the rest is the owner's while !pending, the thread's
+ * while pending. */
+typedef struct kafka_txn_job {
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        int fd;                         /* eventfd: a job is done */
+        bool inited, started, quit;
+        bool pending;                   /* handed to the thread, not yet done */
+        bool busy;                      /* handed over and not yet collected (the owner's) */
+        kafka_txn_job_kind_t kind;
+        rd_kafka_topic_partition_list_t *offsets;       /* owned; NULL: none */
+        int timeout_ms;
+        bool rewind;
+        /* The result. */
+        int status;
+        bool committed, aborted;
+        char cause[512];
+        rd_kafka_topic_partition_list_t *rewind_to;     /* owned until collected */
+        errbuf_t err;
+} kafka_txn_job_t;
+
 struct kafka {
         rd_kafka_t *consumer;
         rd_kafka_t *producer;
@@ -47,6 +71,7 @@ struct kafka {
         bool txn_open;                  /* a transaction was begun and not yet ended */
         bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
                                          * it can only be aborted; its unsent outputs wait for the abort */
+        kafka_txn_job_t txn_job;        /* the transaction thread (exactly-once only) */
 
         /* For the metrics (kafka_get_lag, kafka_get_errors). */
         kafka_part_t *parts;
@@ -83,6 +108,22 @@ void kafka_fetch_check(kafka_t *k, json_t *stats);
 /* Logs a warning for each line of c's [kafka.client], [kafka.consumer] and
  * [kafka.producer] that replaces one of the plan's limits (lim). */
 void kafka_fetch_say_overrides(const cfg_t *c, const kafka_limits_t *lim);
+
+/* The transaction thread (kafka_txn_thread.c), started by kafka_new with
+ * exactly-once and stopped by kafka_free. */
+int kafka_txn_thread_start(kafka_t *k, errbuf_t *err);
+void kafka_txn_thread_stop(kafka_t *k);
+
+/* The calls the thread makes (kafka_txn.c), which touch none of k's state:
+ * sends offsets (if any) with the consumer's group metadata to the open
+ * transaction and commits it; aborts it; reads the assignment with the
+ * group's committed offsets (the beginning where none). timeout_ms: each
+ * call's, -1 for librdkafka's recommended (the transaction's remaining
+ * timeout; KAFKA_TXN_TIMEOUT_MS for the offsets). */
+int kafka_txn_commit_calls(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms,
+                           errbuf_t *err);
+int kafka_txn_abort_call(kafka_t *k, int timeout_ms, errbuf_t *err);
+int kafka_committed_read(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err);
 
 /* librdkafka's rebalance_cb (kafka.c); here so that the unit tests can
  * hand it an event that librdkafka itself never sends (a failed rebalance). */

@@ -103,51 +103,22 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err) {
 /* How often a retriable failure of a commit's step is tried again. */
 #define KAFKA_TXN_RETRIES 5
 
-/* A blocking transactional call is made in slices of at most this, when the
- * owner asked to be called while it waits (kafka_callbacks_t.txn_waiting):
- * librdkafka's transactional calls resume after their own timeout. */
-#define KAFKA_TXN_SLICE_MS 100
-
-typedef enum { KAFKA_TXN_SEND_OFFSETS, KAFKA_TXN_COMMIT, KAFKA_TXN_ABORT } kafka_txn_op_t;
-
-/* One transactional call that may wait up to timeout_ms: in slices, with
- * the owner's txn_waiting called between them, while it only times out. */
-static rd_kafka_error_t *kafka_txn_call(kafka_t *k, kafka_txn_op_t op, const rd_kafka_topic_partition_list_t *offsets,
-                                        const rd_kafka_consumer_group_metadata_t *md, int timeout_ms) {
-        for (int left = timeout_ms;;) {
-                int slice = k->cb.txn_waiting && left > KAFKA_TXN_SLICE_MS ? KAFKA_TXN_SLICE_MS : left;
-                rd_kafka_error_t *e;
-
-                switch (op) {
-                case KAFKA_TXN_SEND_OFFSETS:
-                        e = rd_kafka_send_offsets_to_transaction(k->producer, offsets, md, slice);
-                        break;
-                case KAFKA_TXN_COMMIT:
-                        e = rd_kafka_commit_transaction(k->producer, slice);
-                        break;
-                default:
-                        e = rd_kafka_abort_transaction(k->producer, slice);
-                        break;
-                }
-                left -= slice;
-                if (!e || left <= 0 || rd_kafka_error_code(e) != RD_KAFKA_RESP_ERR__TIMED_OUT ||
-                    rd_kafka_error_txn_requires_abort(e) || rd_kafka_error_is_fatal(e))
-                        return e;
-                rd_kafka_error_destroy(e);
-                k->cb.txn_waiting(k->userdata);
-        }
-}
-
-/* One step of kafka_txn_commit, tried up to KAFKA_TXN_RETRIES times while it
- * fails retriably (each try waits up to timeout_ms itself): with md, the
- * offsets are sent to the transaction; without, it is committed. Returns 0,
- * or kafka_txn_error's -errno for the last failure (what names the step). */
+/* One step of a commit, tried up to KAFKA_TXN_RETRIES times while it fails
+ * retriably, each try a whole call (send_offsets_to_transaction is
+ * retriable but not resumable): with md, the offsets are sent to the
+ * transaction (waiting up to timeout_ms, KAFKA_TXN_TIMEOUT_MS for -1); without,
+ * it is committed (timeout_ms, -1: the transaction's remaining timeout, as
+ * librdkafka recommends). Returns 0, or kafka_txn_error's -errno for the last
+ * failure (what names the step). Touches none of k's state: the transaction
+ * thread calls it. */
 static int kafka_txn_step(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
                           const rd_kafka_consumer_group_metadata_t *md, int timeout_ms, const char *what,
                           errbuf_t *err) {
         for (int i = 1;; i++) {
-                rd_kafka_error_t *e = kafka_txn_call(k, md ? KAFKA_TXN_SEND_OFFSETS : KAFKA_TXN_COMMIT, offsets, md,
-                                                     timeout_ms);
+                rd_kafka_error_t *e = md ? rd_kafka_send_offsets_to_transaction(
+                                                   k->producer, offsets, md,
+                                                   timeout_ms < 0 ? KAFKA_TXN_TIMEOUT_MS : timeout_ms)
+                                         : rd_kafka_commit_transaction(k->producer, timeout_ms);
 
                 if (!e)
                         return 0;
@@ -159,15 +130,11 @@ static int kafka_txn_step(kafka_t *k, const rd_kafka_topic_partition_list_t *off
         }
 }
 
-int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
+int kafka_txn_commit_calls(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms,
+                           errbuf_t *err) {
         rd_kafka_consumer_group_metadata_t *md;
         int r;
 
-        assert(k->transactional);
-        if (!k->txn_open && (!offsets || offsets->cnt == 0))
-                return 0;
-        if (!k->txn_open && (r = kafka_txn_begin(k, err)) < 0)
-                return r;
         if (offsets && offsets->cnt > 0) {
                 /* The consumer's group metadata (member id, generation)
                  * lets the coordinator refuse the offsets of a member the
@@ -180,31 +147,42 @@ int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets,
                 if (r < 0)
                         return r;
         }
-        r = kafka_txn_step(k, NULL, NULL, timeout_ms, "commit the transaction", err);
-        if (r < 0)
+        return kafka_txn_step(k, NULL, NULL, timeout_ms, "commit the transaction", err);
+}
+
+int kafka_txn_abort_call(kafka_t *k, int timeout_ms, errbuf_t *err) {
+        rd_kafka_error_t *e = rd_kafka_abort_transaction(k->producer, timeout_ms);
+
+        return e ? kafka_txn_error(e, "abort the transaction", err) : 0;
+}
+
+/* The blocking forms: the job on the transaction thread, waited for. */
+int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
+        kafka_txn_result_t res;
+        int r;
+
+        assert(k->transactional);
+        if (!k->txn_open && (!offsets || offsets->cnt == 0))
+                return 0;
+        if ((r = kafka_txn_submit(k, KAFKA_TXN_JOB_COMMIT, offsets, timeout_ms, false, err)) < 0)
                 return r;
-        k->txn_open = false;
-        k->txn_failed = false;
-        return 0;
+        return kafka_txn_wait(k, &res, err);
 }
 
 int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
-        rd_kafka_error_t *e;
+        kafka_txn_result_t res;
+        int r;
 
         assert(k->transactional);
         if (!k->txn_open)
                 return 0;
-        e = kafka_txn_call(k, KAFKA_TXN_ABORT, NULL, NULL, timeout_ms);
-        if (e)
-                return kafka_txn_error(e, "abort the transaction", err);
-        k->txn_open = false;
-        k->txn_failed = false;
-        return 0;
+        if ((r = kafka_txn_submit(k, KAFKA_TXN_JOB_ABORT, NULL, timeout_ms, false, err)) < 0)
+                return r;
+        return kafka_txn_wait(k, &res, err);
 }
 
-int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
+int kafka_committed_read(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
         rd_kafka_topic_partition_list_t *parts = NULL;
-        rd_kafka_error_t *e;
         rd_kafka_resp_err_t re;
 
         re = rd_kafka_assignment(k->consumer, &parts);
@@ -220,15 +198,41 @@ int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *er
                 for (int i = 0; i < parts->cnt; i++)
                         if (parts->elems[i].offset < 0)
                                 parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
-                /* A seek also drops what was fetched beyond it. */
-                e = rd_kafka_seek_partitions(k->consumer, parts, KAFKA_TXN_TIMEOUT_MS);
-                if (e) {
-                        errbuf_set(err, -EIO, "Failed to rewind to the committed offsets: %s",
-                                   rd_kafka_error_string(e));
-                        rd_kafka_error_destroy(e);
-                        rd_kafka_topic_partition_list_destroy(parts);
-                        return -EIO;
-                }
+        }
+        *ret = parts;
+        return 0;
+}
+
+int kafka_seek_to(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, errbuf_t *err) {
+        rd_kafka_topic_partition_list_t *copy;
+        rd_kafka_error_t *e;
+
+        if (!parts || parts->cnt == 0)
+                return 0;
+        /* rd_kafka_seek_partitions writes each element's err. */
+        copy = rd_kafka_topic_partition_list_copy(parts);
+        if (!copy)
+                return errbuf_set(err, -ENOMEM, "Out of memory rewinding");
+        /* A seek also drops what was fetched beyond it. */
+        e = rd_kafka_seek_partitions(k->consumer, copy, KAFKA_TXN_TIMEOUT_MS);
+        rd_kafka_topic_partition_list_destroy(copy);
+        if (e) {
+                errbuf_set(err, -EIO, "Failed to rewind to the committed offsets: %s", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+                return -EIO;
+        }
+        return 0;
+}
+
+int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        int r = kafka_committed_read(k, &parts, err);
+
+        if (r < 0)
+                return r;
+        if ((r = kafka_seek_to(k, parts, err)) < 0) {
+                rd_kafka_topic_partition_list_destroy(parts);
+                return r;
         }
         *ret = parts;
         return 0;

@@ -45,6 +45,11 @@ for d in $covered; do
         mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
 chmod 1777 /tmp /var/tmp
+# A container's policy-rc.d (Docker's images exit 101: no service action in
+# a build) is its builder's policy, not this booted system's: it goes, in the
+# overlay only, so that the package's maintainer scripts act as on a host
+# (the prerm's deb-systemd-invoke stop asks it).
+rm -f /usr/sbin/policy-rc.d
 n=0
 for p in ${KEEP_PATHS:-}; do
         n=$((n + 1))

@@ -2,6 +2,7 @@
  * and that the producer's queue really stops at its planned size. The
  * end-to-end behaviour is in tests/kafka against the mock broker. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,10 +461,9 @@ static void test_kafka_txn_commit_retries_fail(void) {
         txn_mock_close(&t);
 }
 
-/* A commit that waits (a broker answering after 1.5 s) calls the owner's
- * txn_waiting while it blocks, about every 100 ms (the daemon pings its
- * watchdog there), and still commits: the call is made in slices that
- * librdkafka resumes. */
+/* A blocking commit that waits (a broker answering after 1.5 s) calls the
+ * owner's txn_waiting while it waits for the transaction thread, about every
+ * 100 ms (the daemon pings its watchdog there), and still commits. */
 static int txn_waits;
 static void txn_waiting(void *userdata) {
         (void)userdata;
@@ -482,6 +482,37 @@ static void test_kafka_txn_commit_calls_waiting(void) {
         /* 1.5 s at least (one round trip), in slices of 100 ms. */
         CU_ASSERT(txn_waits >= 10);
         CU_ASSERT(txn_waits <= 100);
+        txn_mock_close(&t);
+}
+
+/* The commit point's form (issue 36): a commit handed to the transaction
+ * thread returns at once while the broker takes 1.5 s to answer; the result
+ * is not there until kafka_txn_fd is readable, then says committed, and the
+ * transaction is closed. Before, the loop waited in the call. */
+static void test_kafka_txn_submit_does_not_wait(void) {
+        static const kafka_callbacks_t cb = {};
+        kafka_txn_result_t res;
+        struct timespec a, b;
+        txn_mock_t t;
+        errbuf_t err = {};
+        struct pollfd p;
+        double ms;
+
+        txn_mock_open(&t, &cb, NULL);
+        rd_kafka_mock_broker_set_rtt(t.mc, 1, 1500);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        CU_ASSERT_EQUAL_FATAL(kafka_txn_submit(t.k, KAFKA_TXN_JOB_COMMIT, NULL, -1, false, &err), 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        CU_ASSERT(ms < 100);
+        CU_ASSERT(kafka_txn_busy(t.k));
+        CU_ASSERT_EQUAL(kafka_txn_collect(t.k, &res, &err), -EINPROGRESS);
+        p = (struct pollfd){ .fd = kafka_txn_fd(t.k), .events = POLLIN };
+        CU_ASSERT_EQUAL(poll(&p, 1, 20000), 1);
+        CU_ASSERT_EQUAL(kafka_txn_collect(t.k, &res, &err), 0);
+        CU_ASSERT(res.committed && !res.aborted);
+        CU_ASSERT(!kafka_txn_busy(t.k));
+        CU_ASSERT(!kafka_txn_is_open(t.k));
         txn_mock_close(&t);
 }
 
@@ -519,6 +550,7 @@ int test_kafka_register(void) {
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
                 { "txn_commit_calls_waiting", test_kafka_txn_commit_calls_waiting },
+                { "txn_submit_does_not_wait", test_kafka_txn_submit_does_not_wait },
                 { "conf_set_pair", test_kafka_conf_set_pair },
                 CU_TEST_INFO_NULL,
         };
