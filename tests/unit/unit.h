@@ -5,6 +5,8 @@
 
 #include <CUnit/CUnit.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 /* Adds a suite called name with the tests in the NULL-terminated
  * CU_TestInfo array. Returns 0 or -1. */
@@ -27,6 +29,23 @@ static inline uint64_t unit_rand_u64(uint64_t *s) {
 /* Uniform in [-1, 1). */
 static inline float unit_rand_float(uint64_t *s) {
         return (float)((unit_rand_u64(s) >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* Asserts that the committed file at path (relative to the repository,
+ * where the suites run) holds exactly want's want_len bytes: a generated
+ * page that is out of date fails. */
+static inline void unit_assert_file_is(const char *path, const char *want, size_t want_len) {
+        static char have[65536];
+        FILE *f = fopen(path, "r");
+        size_t have_len;
+
+        CU_ASSERT_PTR_NOT_NULL(f);
+        if (!f)
+                return;
+        have_len = fread(have, 1, sizeof(have), f);
+        fclose(f);
+        CU_ASSERT_EQUAL(have_len, want_len);
+        CU_ASSERT_TRUE(have_len == want_len && memcmp(have, want, want_len) == 0);
 }
 
 #endif
