@@ -138,7 +138,7 @@ static void daemon_check_drained(daemon_t *d) {
                 /* An abortable failure here leaves the offsets where they
                  * were: the next owner redoes those records, and the
                  * aborted outputs are never visible. */
-                if (daemon_txn_commit(d) < 0 && d->exit_status)
+                if (daemon_txn_end(d, false, false) < 0 && d->exit_status)
                         return;
         } else {
                 r = kafka_commit_sync(d->kafka, &err);

@@ -174,8 +174,7 @@ void daemon_watchdog_ping(daemon_t *d);
 /* daemon_txn.c: exactly-once, the commit points. */
 bool daemon_eos(const daemon_t *d);
 int daemon_txn_note(daemon_t *d, const char *topic, int32_t partition, int64_t next);
-int daemon_txn_abort(daemon_t *d);
-int daemon_txn_commit(daemon_t *d);
+int daemon_txn_end(daemon_t *d, bool aborting, bool rewind);
 void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
 void daemon_txn_done(daemon_t *d);

@@ -81,12 +81,18 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
                  * that also commits an offset past its input, and a DLQ copy
                  * or a prediction that overtook an unfinished record of its
                  * partition would be committed without its offset, and
-                 * produced again by the next owner. */
-                if (lost || d->txn_doomed || unfinished) {
-                        d->txn_doomed = false;
-                        daemon_txn_abort(d);
-                } else
-                        daemon_txn_commit(d);
+                 * produced again by the next owner. When partitions are kept
+                 * (cooperative), the end rewinds them to the committed
+                 * offsets if it aborts, and what was taken before is given
+                 * up, so that none moves past an aborted output and no
+                 * record taken before the abort makes a second output (the
+                 * revoked ones' outputs are given up once they are revoked:
+                 * pipeline_output_stale). */
+                bool kept = !lost && kafka_get_assigned(d->kafka) > parts->cnt;
+                bool aborting = lost || d->txn_doomed || unfinished;
+
+                d->txn_doomed = false;
+                daemon_txn_end(d, aborting, kept);
                 if (d->txn_closing && !d->exit_status) {
                         d->txn_closing = false;
                         if (!d->swap_paused_us)

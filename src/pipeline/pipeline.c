@@ -518,6 +518,7 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .dlq_out = p->dlq_out,
                 .expired_skipped = p->expired_skipped,
                 .dlq_values_omitted = p->dlq_values_omitted,
+                .outputs_given_up = p->outputs_given_up,
                 .batches = p->batches,
                 .batch_records = p->batch_records,
                 .dlq_codes = p->dlq_codes,

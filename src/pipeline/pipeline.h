@@ -144,6 +144,8 @@ typedef struct pipeline_stats {
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
         uint64_t expired_skipped;       /* past max_record_age, finished without output (skip) */
         uint64_t dlq_values_omitted;    /* of those, copies sent without their value (too large) */
+        uint64_t outputs_given_up;      /* records whose partition was revoked or rewound after they were
+                                         * taken: no output (their next reader takes them again) */
         uint64_t batches;               /* slots submitted */
         uint64_t batch_records;         /* records in those slots */
         const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */

@@ -123,6 +123,7 @@ struct pipeline {
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
         uint64_t dlq_values_omitted;    /* DLQ copies sent without their value (dlq.h) */
+        uint64_t outputs_given_up;      /* outputs not produced: the partition revoked or rewound since */
         size_t dlq_cut_bytes;           /* values of this size or more are left out of DLQ copies at once: the
                                          * broker refused one that large (SIZE_MAX: none was refused) */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */

@@ -111,6 +111,22 @@ static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_l
 /* part_id of pipeline_dead_letter: the record is not tracked yet. */
 #define PIPELINE_TRACK_NOW (-1)
 
+/* Whether the output of s, tracked under part_id, is to be given up: its
+ * partition was revoked or rewound since the record was taken (a revoke
+ * that gave up on it, an aborted transaction's rewind). Its next reader
+ * (this instance after the rewind, or the partition's new owner) takes it
+ * again from the committed offset, so an output now would be a second one:
+ * under exactly-once a duplicate in the next transaction (issue 36). Said. */
+static bool pipeline_output_stale(pipeline_t *p, const pipeline_source_t *s, int part_id) {
+        if (part_id <= 0 || batch_offsets_current(p->offsets, part_id))
+                return false;
+        p->outputs_given_up++;
+        log_info_f(((log_fields_t){ LOG_TOPIC(s->topic), LOG_PARTITION(s->partition), LOG_OFFSET(s->offset) }),
+                   "Output given up: the record's partition was revoked or rewound since it was taken, and its "
+                   "next reader takes it again");
+        return true;
+}
+
 /* Sends refused record s to the DLQ with its key, value and headers, plus
  * inferd-error and inferd-error-detail. part_id is the offset store's id
  * when the record was already tracked (a batched record refused after the
@@ -125,6 +141,8 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         bool omitted = false;
         int r;
 
+        if (pipeline_output_stale(p, s, part_id))
+                return 0;
         h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(p, s);
         t = pipeline_ticket_new(s, true);
         if (!h || !t) {
@@ -257,6 +275,10 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         char line[PIPELINE_JSON_LINE], *json = NULL;
         int len, r;
 
+        if (pipeline_output_stale(p, src, e->tag)) {
+                pipeline_source_release(src);
+                return 0;
+        }
         if (!engine_topk_is_finite(scores)) {
                 r = pipeline_dead_letter(p, src, RECORD_ERR_NON_FINITE_OUTPUT,
                                          "the model's output for this record is not finite (a NaN or infinite "
