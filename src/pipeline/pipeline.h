@@ -148,6 +148,8 @@ typedef struct pipeline_stats {
         uint64_t batch_records;         /* records in those slots */
         const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */
         size_t n_dlq_codes;
+        const metrics_count_t *headers_cut;     /* predictions' copied headers cut or left out, by name */
+        size_t n_headers_cut;
         const metrics_hist_t *batch_size;       /* records per submitted batch */
         const metrics_hist_t *batch_seconds;    /* engine submit to reap */
         const metrics_hist_t *stage_seconds;    /* (RECTIME_STAGES) per delivered prediction, by rectime_stage_t */

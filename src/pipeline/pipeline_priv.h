@@ -25,6 +25,20 @@
  * this table (it is then counted under its own name, not lost). */
 #define PIPELINE_DLQ_CODES_MAX 16
 
+/* The headers a prediction copies from its input (pipeline_produce.c), by
+ * index into pipeline_copied_headers, and the bound on any of their values
+ * (the trace context has tighter ones of its own, tracectx.h). A cut one is
+ * named in an inferd-header-cut header: <name>=<bytes it had>. */
+enum {
+        PIPELINE_COPIED_CORRELATION_ID,
+        PIPELINE_COPIED_TRACEPARENT,
+        PIPELINE_COPIED_TRACESTATE,
+        PIPELINE_N_COPIED,
+};
+extern const char *const pipeline_copied_headers[PIPELINE_N_COPIED];
+#define PIPELINE_COPIED_MAX_BYTES 1024
+#define PIPELINE_HEADER_CUT "inferd-header-cut"
+
 /* A record taken for decoding (pipeline_decode.c): from its take until it
  * is placed in a slot (decoded) or sent to the DLQ (refused). */
 typedef struct pipeline_staged {
@@ -125,6 +139,7 @@ struct pipeline {
         uint64_t dlq_values_omitted;    /* DLQ copies sent without their value (dlq.h) */
         size_t dlq_cut_bytes;           /* values of this size or more are left out of DLQ copies at once: the
                                          * broker refused one that large (SIZE_MAX: none was refused) */
+        metrics_count_t headers_cut[PIPELINE_N_COPIED]; /* copied headers cut or left out, by name */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
         metrics_count_t dlq_codes[PIPELINE_DLQ_CODES_MAX];      /* labels: static strings or owned copies */
         size_t n_dlq_codes, n_dlq_known;

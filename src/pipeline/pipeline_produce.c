@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pipeline/dlq.h"
+#include "pipeline/tracectx.h"
 #include "config/log.h"
 #include "core/record.h"
 
@@ -27,23 +28,70 @@ static void pipeline_count_dlq(pipeline_t *p, const char *code) {
         (void)metrics_count_add(p->dlq_codes, &p->n_dlq_codes, PIPELINE_DLQ_CODES_MAX, code);
 }
 
-/* The headers copied from an input record to its outputs, as they were:
- * correlation-id always, the W3C trace context with [service]
- * trace_headers. */
-static const char *const pipeline_copied_headers[] = { "correlation-id", "traceparent", "tracestate" };
-#define PIPELINE_N_COPIED(p) ((p)->trace_headers ? 3 : 1)
+/* The headers copied from an input record to its prediction, bounded:
+ * correlation-id always, cut to PIPELINE_COPIED_MAX_BYTES; with [service]
+ * trace_headers the W3C trace context, checked and cut as tracectx.h says
+ * (a tracestate without a valid traceparent is not propagated either: the
+ * spec parses it only after one). Each cut adds a header
+ * inferd-header-cut: <name>=<bytes it had>, and is counted by name
+ * (inferd_copied_headers_cut_total). A DLQ copy keeps its record's headers
+ * as they were (dlq.h cuts them only when the copy is too large). */
+const char *const pipeline_copied_headers[PIPELINE_N_COPIED] = { "correlation-id", "traceparent", "tracestate" };
 
-static bool pipeline_is_copied_header(const pipeline_t *p, const char *name) {
-        for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
-                if (!strcmp(name, pipeline_copied_headers[i]))
-                        return true;
-        return false;
+static unsigned pipeline_header_cut(rd_kafka_headers_t *h, int which, size_t had_bytes) {
+        char note[64];
+
+        snprintf(note, sizeof(note), "%s=%zu", pipeline_copied_headers[which], had_bytes);
+        rd_kafka_header_add(h, PIPELINE_HEADER_CUT, -1, note, -1);
+        return 1u << which;
 }
 
-static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const pipeline_source_t *s) {
-        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+/* Adds s's copied headers to h. Returns the cut ones, a bit each
+ * (1 << PIPELINE_COPIED_*), counted by pipeline_count_cuts once the
+ * prediction is out. */
+static unsigned pipeline_copy_headers(const pipeline_t *p, const pipeline_source_t *s, rd_kafka_headers_t *h) {
+        char state[TRACECTX_STATE_MAX_CHARS + 1];
+        bool parent_ok = false, cut = false;
+        unsigned cuts = 0;
         const void *v;
-        size_t len;
+        size_t len, n;
+
+        if (!s->headers)
+                return 0;
+        if (rd_kafka_header_get_last(s->headers, "correlation-id", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                rd_kafka_header_add(h, "correlation-id", -1, v,
+                                    (ssize_t)(len > PIPELINE_COPIED_MAX_BYTES ? PIPELINE_COPIED_MAX_BYTES : len));
+                if (len > PIPELINE_COPIED_MAX_BYTES)
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_CORRELATION_ID, len);
+        }
+        if (!p->trace_headers)
+                return cuts;
+        if (rd_kafka_header_get_last(s->headers, "traceparent", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                parent_ok = len <= PIPELINE_COPIED_MAX_BYTES && tracectx_parent_valid(v, len);
+                if (parent_ok)
+                        rd_kafka_header_add(h, "traceparent", -1, v, (ssize_t)len);
+                else
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_TRACEPARENT, len);
+        }
+        if (rd_kafka_header_get_last(s->headers, "tracestate", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                n = parent_ok ? tracectx_state_cut(v, len, state, &cut) : 0;
+                if (n > 0)
+                        rd_kafka_header_add(h, "tracestate", -1, state, (ssize_t)n);
+                if (cut || (!parent_ok && len > 0))
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_TRACESTATE, len);
+        }
+        return cuts;
+}
+
+static void pipeline_count_cuts(pipeline_t *p, unsigned cuts) {
+        for (int i = 0; i < PIPELINE_N_COPIED; i++)
+                if (cuts & (1u << i))
+                        p->headers_cut[i].n++;
+}
+
+/* A new header list saying where s came from (inferd-source-*). */
+static rd_kafka_headers_t *pipeline_source_headers(const pipeline_source_t *s) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
         char num[32];
 
         if (!h)
@@ -53,11 +101,6 @@ static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const pi
         rd_kafka_header_add(h, "inferd-source-partition", -1, num, -1);
         snprintf(num, sizeof(num), "%" PRId64, s->offset);
         rd_kafka_header_add(h, "inferd-source-offset", -1, num, -1);
-        if (s->headers)
-                for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
-                        if (rd_kafka_header_get_last(s->headers, pipeline_copied_headers[i], &v, &len) ==
-                            RD_KAFKA_RESP_ERR_NO_ERROR)
-                                rd_kafka_header_add(h, pipeline_copied_headers[i], -1, v, (ssize_t)len);
         return h;
 }
 
@@ -125,7 +168,7 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         bool omitted = false;
         int r;
 
-        h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(p, s);
+        h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(s);
         t = pipeline_ticket_new(s, true);
         if (!h || !t) {
                 r = -ENOMEM;
@@ -133,15 +176,14 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         }
         if (s->headers) {
                 /* Copied the original headers: add where it came from. */
-                rd_kafka_headers_t *src = pipeline_source_headers(p, s);
+                rd_kafka_headers_t *src = pipeline_source_headers(s);
                 size_t i = 0;
                 const char *name;
                 const void *v;
                 size_t len;
 
                 while (src && rd_kafka_header_get_all(src, i++, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                        if (!pipeline_is_copied_header(p, name))        /* already there */
-                                rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
+                        rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
                 if (src)
                         rd_kafka_headers_destroy(src);
         }
@@ -240,6 +282,25 @@ static int pipeline_prediction_json(pipeline_t *p, char *line, size_t size, char
         return prediction_encode(p->encoder, *big, (size_t)n + 1, scores, p->top_k, latency_ms);
 }
 
+/* The prediction of src (tracked under tag) could not be produced because
+ * of its size (why: kafka_produce's sentence, with the sizes): the record
+ * goes to the DLQ as output-too-large instead. 0 when it has left its slot
+ * position (sent, or exactly-once and the transaction doomed: the rewind
+ * brings it back), else pipeline_dead_letter's -errno (it stays). */
+static int pipeline_prediction_too_large(pipeline_t *p, pipeline_source_t *src, int tag, const errbuf_t *why) {
+        const char *sizes = strstr(why->msg, ": a record of ");
+        char detail[800];
+        int r;
+
+        snprintf(detail, sizeof(detail), "its prediction could not be produced to '%.200s': %s", p->output_topic,
+                 sizes ? sizes + 2 : why->msg);
+        r = pipeline_dead_letter(p, src, RECORD_ERR_OUTPUT_TOO_LARGE, detail, tag);
+        if (r < 0 && r != -ECANCELED)
+                return r;
+        pipeline_source_release(src);
+        return 0;
+}
+
 /* Produces position i of a DONE slot: its prediction (top: the slot's
  * results, (n, engine_top_k)), or its DLQ copy when its output is not
  * finite. t_now is when the slot's
@@ -255,6 +316,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         pipeline_ticket_t *t;
         errbuf_t err = {};
         char line[PIPELINE_JSON_LINE], *json = NULL;
+        unsigned cuts = 0;
         int len, r;
 
         if (!engine_topk_is_finite(scores)) {
@@ -269,7 +331,9 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 pipeline_source_release(src);
                 return 0;
         }
-        h = pipeline_source_headers(p, src);
+        h = pipeline_source_headers(src);
+        if (h)
+                cuts = pipeline_copy_headers(p, src, h);
         t = pipeline_ticket_new(src, false);
         if (t) {
                 t->times = p->times[pos];
@@ -303,6 +367,20 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 pipeline_source_release(src);
                 return 0;
         }
+        if (r == -EMSGSIZE) {
+                /* Too large to produce, however it came to be (labels,
+                 * top_k, a small message.max.bytes): the record goes to the
+                 * DLQ and its partition goes on (issue 41, item 4). */
+                rd_kafka_headers_destroy(h);
+                h = NULL;
+                free(t);
+                t = NULL;
+                r = pipeline_prediction_too_large(p, src, e->tag, &err);
+                if (r < 0)
+                        return r;       /* it stays */
+                pipeline_count_cuts(p, cuts);
+                return 0;
+        }
         if (r < 0) {
                 if (r != -ENOBUFS)
                         log_error("%s", err.msg);
@@ -310,6 +388,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         }
         /* h and t belong to librdkafka now. */
         pipeline_source_release(src);
+        pipeline_count_cuts(p, cuts);
         p->predictions_out++;
         return 0;
 fail:
