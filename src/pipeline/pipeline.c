@@ -361,6 +361,7 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 .timing_header = cfg->timing_header,
                 .last_progress_us = pipeline_now_us(),
                 .dlq_cut_bytes = SIZE_MAX,
+                .dlq_cut_ttl_us = PIPELINE_DLQ_CUT_TTL_US,
         };
         p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
         for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)
@@ -421,6 +422,7 @@ void pipeline_free(pipeline_t *p) {
         for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
                 free((char *)p->dlq_codes[i].label);
         pipeline_staging_free(p);
+        pipeline_dlq_retry_free(p);
         free(p->held);
         free(p);
 }

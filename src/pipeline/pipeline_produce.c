@@ -3,8 +3,9 @@
  * output not finite); a record refused as it is taken, or when its decode
  * ends, becomes a DLQ copy at once. Here are their headers (the source, the copied
  * trace context, inferd-timing), their tickets (pipeline.h), the offsets
- * they are tracked under, and a DLQ copy too large for the broker, produced
- * again without its value (dlq.h).
+ * they are tracked under, and a DLQ copy over the producer's limit,
+ * produced without its value (dlq.h; the broker's refusals are
+ * pipeline_dlq.c's).
  *
  * Not here: when a slot is produced (pipeline.c reaps it), the delivery
  * reports and storing offsets (the daemon). */
@@ -129,28 +130,6 @@ int pipeline_track(pipeline_t *p, const pipeline_source_t *s) {
         return 0;
 }
 
-/* Produces the cut copy of a DLQ record (dlq.h): key kept, no value, the
- * headers of full (borrowed, may be NULL) cut, under ticket t. Returns 0
- * (t is librdkafka's) or kafka_produce's -errno. */
-static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_len, const rd_kafka_headers_t *full,
-                                    size_t value_bytes, pipeline_ticket_t *t, errbuf_t *err) {
-        rd_kafka_headers_t *cut = dlq_headers_cut(full, value_bytes);
-        int r;
-
-        if (!cut)
-                return errbuf_set(err, -ENOMEM, "Out of memory cutting a DLQ copy's headers");
-        /* An empty value, not a null one: a null value is a tombstone
-         * (a delete) on a compacted topic. */
-        r = kafka_produce(p->kafka, p->dlq_topic, key, key_len, "", 0, cut, t, err);
-        if (r < 0) {
-                rd_kafka_headers_destroy(cut);
-                return r;
-        }
-        t->dlq_cut_tries = 1;
-        p->dlq_values_omitted++;
-        return 0;
-}
-
 /* part_id of pipeline_dead_letter: the record is not tracked yet. */
 #define PIPELINE_TRACK_NOW (-1)
 
@@ -189,10 +168,10 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         }
         rd_kafka_header_add(h, "inferd-error", -1, code, -1);
         rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
-        if (s->len >= p->dlq_cut_bytes)
-                r = -EMSGSIZE;  /* the broker refused one this large */
-        else
-                r = kafka_produce(p->kafka, p->dlq_topic, s->key, s->key_len, s->value, s->len, h, t, &err);
+        if (s->len >= pipeline_dlq_cut_bytes(p))
+                r = -EMSGSIZE;  /* the broker refused one this large, alone */
+        else if ((r = kafka_produce(p->kafka, p->dlq_topic, s->key, s->key_len, s->value, s->len, h, t, &err)) == 0)
+                pipeline_dlq_sent(p, t);
         if (r == -EMSGSIZE) {
                 /* Too large whole: without the value (dlq.h). h stays ours. */
                 r = pipeline_dlq_produce_cut(p, s->key, s->key_len, h, s->len, t, &err);
@@ -435,57 +414,10 @@ int pipeline_produce_pending(pipeline_t *p) {
                         return r;
                 }
         }
-        /* Refused decodes' DLQ copies that found the producer full, and
-         * decoded records for the slots released above. */
+        /* DLQ copies waiting to be retried alone (pipeline_dlq.c), refused
+         * decodes' DLQ copies that found the producer full, and decoded
+         * records for the slots released above. */
+        if (pipeline_dlq_retry_pump(p) < 0)
+                return -EIO;
         return pipeline_staging_place(p);
-}
-
-int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
-        pipeline_ticket_t *t = m->_private;
-        rd_kafka_headers_t *in = NULL;
-        errbuf_t err = {};
-        int r;
-
-        if (!t || !t->dlq || m->err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
-                return -EINVAL;
-        if (kafka_transactional(p->kafka)) {
-                if (m->len > 0 && m->len < p->dlq_cut_bytes)
-                        p->dlq_cut_bytes = m->len;
-                return -ECANCELED;
-        }
-        if (rd_kafka_message_headers(m, &in) != RD_KAFKA_RESP_ERR_NO_ERROR)
-                in = NULL;
-        if (t->dlq_cut_tries > 0) {
-                /* Already cut: refused with a larger copy batched beside it
-                 * (the broker refuses the whole batch), or too large even
-                 * so. Once more, as it is; then it stops the daemon. */
-                rd_kafka_headers_t *again = in ? rd_kafka_headers_copy(in) : NULL;
-
-                if (t->dlq_cut_tries > 1 || !again) {
-                        if (again)
-                                rd_kafka_headers_destroy(again);
-                        return -EMSGSIZE;
-                }
-                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, again, t, &err);
-                if (r < 0) {
-                        rd_kafka_headers_destroy(again);
-                        log_error("%s", err.msg);
-                        return r;
-                }
-                t->dlq_cut_tries++;
-                return 0;
-        }
-        if (m->len < p->dlq_cut_bytes)
-                p->dlq_cut_bytes = m->len;
-        r = pipeline_dlq_produce_cut(p, m->key, m->key_len, in, m->len, t, &err);
-        if (r < 0) {
-                log_error("%s", err.msg);
-                return r;
-        }
-        /* t is librdkafka's again. */
-        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
-                      "The broker refused a DLQ copy of %zu bytes as too large for '%s': sent again without its "
-                      "value; copies of %zu bytes or more go without it from now on",
-                      m->len, p->dlq_topic, p->dlq_cut_bytes);
-        return 0;
 }

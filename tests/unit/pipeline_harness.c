@@ -77,8 +77,10 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                 size_t len;
 
                 t->delivered_dlq++;
-                if (k->offset >= 0 && k->offset < TP_ORDER_MAX)
+                if (k->offset >= 0 && k->offset < TP_ORDER_MAX) {
                         t->dlq_codes_seen[k->offset]++;
+                        t->dlq_value_len[k->offset] = m->len;
+                }
                 t->dlq_value_bytes = m->len;
                 t->dlq_omitted[0] = 0;
                 t->dlq_big_header_bytes = SIZE_MAX;
@@ -103,6 +105,8 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                     rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
                         t->pred_headers[k->offset] = rd_kafka_headers_copy(h);
         }
+        if (!m->err)
+                pipeline_output_delivered(t->pipeline, m);
         if (!m->err && !k->dlq)
                 pipeline_delivered(t->pipeline, k, pipeline_now_us());
         if (!m->err && k->part_id > 0 &&

@@ -62,6 +62,7 @@ typedef struct tp {
                                                          * offset (owned; NULL: none delivered) */
         char dlq_detail[512];           /* the last delivered DLQ copy's inferd-error-detail */
         int dlq_codes_seen[TP_ORDER_MAX]; /* DLQ copies delivered by source offset */
+        size_t dlq_value_len[TP_ORDER_MAX]; /* ... the last one's value bytes */
 } tp_t;
 
 /* Produces n records to "tp.in", RGB8 but for the one at bad (-1: none),

@@ -802,6 +802,63 @@ static void test_pipeline_prediction_too_large_to_dlq(void) {
         labels_free(labels);
 }
 
+/* Issue 41, item 5: the broker refuses a whole batch of DLQ copies as too
+ * large (a 200 KB one with 1 KB to 5 KB ones beside it). Only a copy
+ * refused alone may lower the size from which values are left out: the
+ * others are retried one by one and keep their values, and so do the
+ * copies of 1 KB to 5 KB that come later. Here the mock refuses the batch
+ * and then the first copy retried alone (the 200 KB one). Before the fix,
+ * every copy of the batch lowered the size to its own, and every later
+ * copy of 1,024 bytes or more went without its value. */
+static void test_pipeline_dlq_batch_refused_small_copies_kept(void) {
+        static char garbage[200000];
+        const void *values[4] = { garbage, garbage, garbage, garbage };
+        const size_t first[4] = { 200000, 1024, 3000, 5000 }, later[4] = { 1024, 2048, 4096, 5000 };
+        const char *types[4] = { "image/jpeg", NULL, NULL, NULL }, *none[4] = { NULL, NULL, NULL, NULL };
+        uint64_t end;
+        tp_t t;
+
+        memset(garbage, 'g', sizeof(garbage));
+        if (tp_setup(&t) < 0)
+                return;
+        t.redeliver = true;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 4, values, first, types), 0);
+        /* The feeder's produce went; the next two Produce requests are the
+         * DLQ's: the batch of four, then the first copy retried alone. */
+        rd_kafka_mock_push_request_errors(t.cluster, 0 /* Produce */, 2, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+                                          RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+        tp_run_to(&t, 4);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 4);
+        CU_ASSERT_EQUAL(t.dlq_value_len[0], 0);         /* refused alone: cut */
+        CU_ASSERT_EQUAL(t.dlq_value_len[1], 1024);
+        CU_ASSERT_EQUAL(t.dlq_value_len[2], 3000);
+        CU_ASSERT_EQUAL(t.dlq_value_len[3], 5000);
+        CU_ASSERT_EQUAL(t.pipeline->dlq_cut_bytes, 200000);
+        CU_ASSERT_EQUAL(t.next_offset, 4);
+        /* Later copies of 1 KB to 5 KB keep their values. */
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 4, values, later, none), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_dlq < 8 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 8);
+        for (int i = 0; i < 4; i++)
+                CU_ASSERT_EQUAL(t.dlq_value_len[4 + i], later[i]);
+        CU_ASSERT_EQUAL(t.next_offset, 8);
+        /* The size is lifted once it is old (an hour; here at once): a
+         * 200 KB copy is tried whole again, and goes. */
+        t.pipeline->dlq_cut_ttl_us = 0;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 1, values, first, none), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_dlq < 9 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.dlq_value_len[8], 200000);
+        CU_ASSERT_EQUAL(t.pipeline->dlq_cut_bytes, SIZE_MAX);
+        CU_ASSERT_EQUAL(t.next_offset, 9);
+        tp_teardown(&t);
+}
+
 /* An RGB8 record of the right size with two content-type headers (both
  * image/x-rgb8) is refused as bad-content-type: which one holds is not
  * guessed (issue 26, item 7: the last won silently). */
@@ -944,6 +1001,7 @@ int test_pipeline_register(void) {
                 { "two_content_types_refused", test_pipeline_two_content_types_refused },
                 { "copied_headers_bounded", test_pipeline_copied_headers_bounded },
                 { "prediction_too_large_to_dlq", test_pipeline_prediction_too_large_to_dlq },
+                { "dlq_batch_refused_small_copies_kept", test_pipeline_dlq_batch_refused_small_copies_kept },
                 { "source_lets_the_message_go", test_pipeline_source_lets_the_message_go },
                 CU_TEST_INFO_NULL,
         };
