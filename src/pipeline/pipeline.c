@@ -362,6 +362,7 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 .last_progress_us = pipeline_now_us(),
                 .dlq_cut_bytes = SIZE_MAX,
                 .dlq_cut_ttl_us = PIPELINE_DLQ_CUT_TTL_US,
+                .out_cut_bytes = SIZE_MAX,
         };
         p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
         for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)

@@ -234,6 +234,8 @@ int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
         bool alone;
         int r;
 
+        if (t && !t->dlq && m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                return pipeline_prediction_refused(p, m);
         if (!t || !t->dlq)
                 return -EINVAL;
         alone = pipeline_dlq_was_alone(p, t);
@@ -288,7 +290,9 @@ int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
 void pipeline_output_delivered(pipeline_t *p, const rd_kafka_message_t *m) {
         const pipeline_ticket_t *t = m->_private;
 
-        p->dlq_refusal_run = false;     /* a success: the run of refusals (one batch's) is over */
+        /* A success: a run of refusals (one batch's) is over. */
+        p->dlq_refusal_run = false;
+        p->out_refusal_run = false;
         if (!t || !t->dlq)
                 return;
         pipeline_dlq_reported(p, t);

@@ -168,6 +168,11 @@ struct pipeline {
         size_t n_dlq_retry, dlq_retry_cap;
         const pipeline_ticket_t *dlq_solo; /* the retried copy in flight (NULL: none); compared, never read */
         bool dlq_refusal_run;           /* exactly-once: the last reports were refusals (one batch's) */
+        size_t out_cut_bytes;           /* exactly-once: predictions of this size or more send their record to the
+                                         * DLQ at once (the broker refused one that large); SIZE_MAX: none */
+        uint64_t out_cut_since_us;      /* when it was set; lifted after dlq_cut_ttl_us */
+        bool out_refusal_run;           /* as dlq_refusal_run, for predictions */
+        size_t out_run_base_bytes, out_run_max_bytes;
         size_t dlq_run_base_bytes, dlq_run_max_bytes; /* dlq_cut_bytes before the run; its largest copy */
         metrics_count_t headers_cut[PIPELINE_N_COPIED]; /* copied headers cut or left out, by name */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
@@ -283,6 +288,21 @@ int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the
  * owner retries with pipeline_produce_pending). Other errors are fatal. */
 int pipeline_produce_slot(pipeline_t *p, int slot);
+
+/* Counts a DLQ copy under its code. */
+void pipeline_count_dlq(pipeline_t *p, const char *code);
+
+/* The size from which predictions send their record to the DLQ at once
+ * (exactly-once, after the broker refused one that large; SIZE_MAX: none),
+ * lifted here once it is an hour old. */
+size_t pipeline_out_cut_bytes(pipeline_t *p);
+
+/* pipeline_delivery_failed for a prediction the broker refused as too
+ * large: at least once, its record goes to the DLQ as output-too-large,
+ * without its value (gone from the pipeline), with t: 0. Exactly-once, the
+ * size is learned and -ECANCELED returned (the transaction is doomed).
+ * Else -errno (said), t the caller's. */
+int pipeline_prediction_refused(pipeline_t *p, const rd_kafka_message_t *m);
 
 /* --- pipeline_dlq.c --------------------------------------------------------- */
 

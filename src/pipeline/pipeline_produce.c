@@ -22,7 +22,7 @@
 #include "config/log.h"
 #include "core/record.h"
 
-static void pipeline_count_dlq(pipeline_t *p, const char *code) {
+void pipeline_count_dlq(pipeline_t *p, const char *code) {
         p->dlq_out++;
         /* A code beyond the table's room (or out of memory) goes uncounted by
          * name; dlq_out has it. */
@@ -296,6 +296,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         errbuf_t err = {};
         char line[PIPELINE_JSON_LINE], *json = NULL;
         unsigned cuts = 0;
+        size_t header_bytes;
         int len, r;
 
         if (!engine_topk_is_finite(scores)) {
@@ -334,8 +335,16 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 goto fail;
         }
         t->part_id = e->tag;
-        r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len, h, t,
-                          &err);
+        header_bytes = kafka_headers_bytes(h);
+        if (src->key_len + (size_t)len + header_bytes >= pipeline_out_cut_bytes(p))
+                /* Exactly-once: the broker refused a prediction this large. */
+                r = errbuf_set(&err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, value %d, "
+                               "headers %zu) is at least as large as one the broker refused (%zu)", p->output_topic,
+                               src->key_len + (size_t)len + header_bytes, src->key_len, len, header_bytes,
+                               p->out_cut_bytes);
+        else
+                r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len,
+                                  h, t, &err);
         free(json);
         json = NULL;
         if (r == -ECANCELED) {
@@ -420,4 +429,72 @@ int pipeline_produce_pending(pipeline_t *p) {
         if (pipeline_dlq_retry_pump(p) < 0)
                 return -EIO;
         return pipeline_staging_place(p);
+}
+
+size_t pipeline_out_cut_bytes(pipeline_t *p) {
+        if (p->out_cut_bytes != SIZE_MAX && pipeline_now_us() - p->out_cut_since_us >= p->dlq_cut_ttl_us) {
+                log_info("Predictions of %zu bytes or more are tried again: the broker's refusal that set that size "
+                         "is an hour old", p->out_cut_bytes);
+                p->out_cut_bytes = SIZE_MAX;
+        }
+        return p->out_cut_bytes;
+}
+
+int pipeline_prediction_refused(pipeline_t *p, const rd_kafka_message_t *m) {
+        pipeline_ticket_t *t = m->_private;
+        rd_kafka_headers_t *in = NULL, *h;
+        size_t header_bytes, total;
+        char detail[640];
+        errbuf_t err = {};
+        int r;
+
+        if (rd_kafka_message_headers(m, &in) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                in = NULL;
+        header_bytes = kafka_headers_bytes(in);
+        total = m->key_len + m->len + header_bytes;
+        if (kafka_transactional(p->kafka)) {
+                /* No retry inside a doomed transaction: the records come
+                 * again after the abort, and a prediction as large as the
+                 * largest refused in this run of refusals (one batch's)
+                 * sends its record to the DLQ then, with its value. */
+                if (!p->out_refusal_run) {
+                        p->out_refusal_run = true;
+                        p->out_run_base_bytes = p->out_cut_bytes;
+                        p->out_run_max_bytes = 0;
+                }
+                if (total > p->out_run_max_bytes)
+                        p->out_run_max_bytes = total;
+                if (p->out_run_max_bytes <= p->out_run_base_bytes) {
+                        p->out_cut_bytes = p->out_run_max_bytes;
+                        p->out_cut_since_us = pipeline_now_us();
+                }
+                return -ECANCELED;
+        }
+        /* At least once: the record's value is gone from the pipeline; its
+         * DLQ copy says where it is. */
+        h = in ? rd_kafka_headers_copy(in) : rd_kafka_headers_new(4);
+        if (!h)
+                return -ENOMEM;
+        snprintf(detail, sizeof(detail), "the broker refused its prediction, a record of %zu bytes (key %zu, value %zu, "
+                 "headers %zu), as too large for '%.200s' (its max.message.bytes); this copy has no value: the record "
+                 "is in the input topic at its inferd-source-* offset", total, m->key_len, m->len, header_bytes,
+                 p->output_topic);
+        rd_kafka_header_add(h, "inferd-error", -1, RECORD_ERR_OUTPUT_TOO_LARGE, -1);
+        rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
+        t->dlq = true;
+        t->dlq_cut_tries = 1;   /* already without a value: refused again, it is tried once more (pipeline_dlq.c) */
+        r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, h, t, &err);
+        if (r < 0) {
+                t->dlq = false;
+                rd_kafka_headers_destroy(h);
+                log_error("%s", err.msg);
+                return r;
+        }
+        /* h and t are librdkafka's now. */
+        pipeline_dlq_sent(p, t);
+        pipeline_count_dlq(p, RECORD_ERR_OUTPUT_TOO_LARGE);
+        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset),
+                                       LOG_ERROR_CODE(RECORD_ERR_OUTPUT_TOO_LARGE) }),
+                      "Record sent to '%s' without its value: %s", p->dlq_topic, detail);
+        return 0;
 }

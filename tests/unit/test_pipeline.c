@@ -802,6 +802,39 @@ static void test_pipeline_prediction_too_large_to_dlq(void) {
         labels_free(labels);
 }
 
+/* The broker refuses a prediction as too large (the output topic's
+ * max.message.bytes): at least once, its record goes to the DLQ as
+ * output-too-large, without the value that the pipeline no longer holds,
+ * saying so; the daemon goes on and the next record is predicted. */
+static void test_pipeline_prediction_refused_by_broker(void) {
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        t.redeliver = true;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, 1, -1), 0);
+        rd_kafka_mock_push_request_errors(t.cluster, 0 /* Produce */, 1, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+        tp_run_to(&t, 1);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_STRING_EQUAL(t.dlq_code, RECORD_ERR_OUTPUT_TOO_LARGE);
+        CU_ASSERT_EQUAL(t.dlq_value_len[0], 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "the broker refused its prediction, a record of "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "as too large for 'tp.out'"));
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        /* The next record of the partition. */
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, 1, -1), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < 1 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 1);
+        CU_ASSERT_EQUAL(t.next_offset, 2);
+        tp_teardown(&t);
+}
+
 /* Issue 41, item 5: the broker refuses a whole batch of DLQ copies as too
  * large (a 200 KB one with 1 KB to 5 KB ones beside it). Only a copy
  * refused alone may lower the size from which values are left out: the
@@ -1002,6 +1035,7 @@ int test_pipeline_register(void) {
                 { "copied_headers_bounded", test_pipeline_copied_headers_bounded },
                 { "prediction_too_large_to_dlq", test_pipeline_prediction_too_large_to_dlq },
                 { "dlq_batch_refused_small_copies_kept", test_pipeline_dlq_batch_refused_small_copies_kept },
+                { "prediction_refused_by_broker", test_pipeline_prediction_refused_by_broker },
                 { "source_lets_the_message_go", test_pipeline_source_lets_the_message_go },
                 CU_TEST_INFO_NULL,
         };
