@@ -71,7 +71,7 @@ const cfg_key_t cfg_keys[] = {
         {
                 .section = "service", .name = "trace_headers", .type = CFG_T_BOOL, .def = "yes",
                 .reload = CFG_RELOAD_LIVE, .apply = cfg_apply_headers, F(service.trace_headers),
-                .description = "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is. (A DLQ copy keeps every header of its record, these too, whatever this says.)",
+                .description = "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is; bounded as the spec allows (an invalid traceparent is not copied, nor a tracestate after it; a tracestate is cut to 32 members and 512 characters; a correlation-id to 1,024 bytes), each cut named in inferd-header-cut. (A DLQ copy keeps every header of its record, these too, whatever this says.)",
         },
         {
                 .section = "service", .name = "timing_header", .type = CFG_T_BOOL, .def = "no",

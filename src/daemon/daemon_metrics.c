@@ -81,6 +81,8 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;
+        s.headers_cut = st.headers_cut;
+        s.n_headers_cut = st.n_headers_cut;
         s.batch_size = st.batch_size;
         s.batch_seconds = st.batch_seconds;
         s.latency_seconds = &d->latency;

@@ -300,6 +300,11 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
         metrics_counter(f, "inferd_dlq_values_omitted_total",
                         "DLQ copies sent without the record's value, which was too large for the DLQ topic.",
                         s->dlq_values_omitted);
+        metrics_counts(f, "inferd_copied_headers_cut_total", "header",
+                       "Headers copied into predictions that were cut to their bound or left out (a traceparent "
+                       "that is not W3C Trace Context, a tracestate over 32 members or 512 characters, a "
+                       "correlation-id over 1,024 bytes), by header.",
+                       s->headers_cut, s->n_headers_cut);
         metrics_counter(f, "inferd_batches_total", "Batches submitted to the engine.", s->batches);
         metrics_histogram(f, "inferd_batch_size", "Records per batch submitted to the engine.", s->batch_size);
         metrics_histogram(f, "inferd_batch_duration_seconds", "A batch's time from engine submit to its results.",
