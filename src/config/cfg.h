@@ -136,6 +136,7 @@ typedef struct cfg {
                 char probes_listen[256];        /* host:port of the probes only; "" = none of their own */
                 int header_timeout_s;   /* 0..3600: a whole request header by then; 0 = no deadline */
                 int connections_per_ip_per_s;   /* 0..100000 new connections a second; 0 = no limit */
+                int tls_handshakes_per_ip_per_s;        /* 0..100000 new TLS connections a second from one address */
                 int tls_handshakes_per_s;       /* 0..100000 new TLS connections a second, all addresses */
         } metrics;
 

@@ -232,6 +232,7 @@ int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
                 .timeout_s = (unsigned)d->cfg->metrics.timeout_s,
                 .header_timeout_s = (unsigned)d->cfg->metrics.header_timeout_s,
                 .connections_per_ip_per_s = (unsigned)d->cfg->metrics.connections_per_ip_per_s,
+                .tls_handshakes_per_ip_per_s = (unsigned)d->cfg->metrics.tls_handshakes_per_ip_per_s,
                 .tls_handshakes_per_s = (unsigned)d->cfg->metrics.tls_handshakes_per_s,
         };
         int r;

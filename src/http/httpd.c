@@ -113,6 +113,7 @@ struct httpd {
         httpd_auth_t *auth;             /* owned; NULL = no basic auth */
         httpd_authq_t *authq;           /* owned; with auth */
         httpd_limit_t *addrs, *users;   /* owned */
+        httpd_limit_t *tls_addrs;       /* owned: TLS handshakes per address */
         httpd_conn_t *conns;            /* every open connection */
         httpd_stats_t stats;
         char *open_paths;               /* owned; space-separated paths served without auth, or NULL */
@@ -198,16 +199,24 @@ static int httpd_on_io(sd_event_source *s, int fd, uint32_t revents, void *userd
 }
 
 /* Whether a new connection from addr is within the rates: its address's
- * connections a second, and with TLS every address's handshakes a second
- * (each new TLS connection is a private-key operation on the loop). The
- * bursts allow two seconds' worth. */
+ * connections a second, and with TLS its address's handshakes a second and
+ * then every address's (each new TLS connection is a private-key operation
+ * on the loop; the address's own bucket first, so that a few busy
+ * addresses do not drain the common one for all). The bursts allow two
+ * seconds' worth. */
 static bool httpd_admit(httpd_t *h, const struct sockaddr *addr, uint64_t now_us) {
         const httpd_limits_t *l = &h->limits;
+        uint64_t key = httpd_limit_key_addr(h->addrs, addr);
 
         if (l->connections_per_ip_per_s &&
-            !httpd_limit_take(h->addrs, httpd_limit_key_addr(h->addrs, addr), l->connections_per_ip_per_s,
-                              2.0 * l->connections_per_ip_per_s, now_us)) {
+            !httpd_limit_take(h->addrs, key, l->connections_per_ip_per_s, 2.0 * l->connections_per_ip_per_s, now_us)) {
                 h->stats.rejected[HTTPD_REJECT_CONNECTION_RATE]++;
+                return false;
+        }
+        if (h->tls_cert && l->tls_handshakes_per_ip_per_s &&
+            !httpd_limit_take(h->tls_addrs, key, l->tls_handshakes_per_ip_per_s, 2.0 * l->tls_handshakes_per_ip_per_s,
+                              now_us)) {
+                h->stats.rejected[HTTPD_REJECT_TLS_RATE]++;
                 return false;
         }
         if (h->tls_cert && l->tls_handshakes_per_s &&
@@ -473,6 +482,9 @@ static int httpd_authenticate(httpd_t *h, struct MHD_Connection *c, httpd_req_t 
         }
         rq->had_credentials = true;
         if (httpd_auth_cached(h->auth, user, password)) {
+                /* The user's own scrape: the failures others made in its
+                 * name are forgotten (its address's are not). */
+                httpd_limit_succeed(h->users, httpd_limit_key_name(h->users, user));
                 rq->authn = HTTPD_AUTHN_OK;
                 r = HTTPD_AUTH_SERVE;
                 goto out;
@@ -656,7 +668,8 @@ int httpd_new_secure(httpd_t **ret, sd_event *event, const char *listen_addr, co
         h->userdata = userdata;
         h->limits = *limits;
         if ((r = httpd_limit_new(&h->addrs, HTTPD_LIMIT_ADDRS)) < 0 ||
-            (r = httpd_limit_new(&h->users, HTTPD_LIMIT_USERS)) < 0)
+            (r = httpd_limit_new(&h->users, HTTPD_LIMIT_USERS)) < 0 ||
+            (r = httpd_limit_new(&h->tls_addrs, HTTPD_LIMIT_ADDRS)) < 0)
                 goto fail;
         if (sec && (r = httpd_load_security(h, sec, err)) < 0)
                 goto fail;
@@ -738,6 +751,7 @@ void httpd_free(httpd_t *h) {
         httpd_auth_free(h->auth);
         httpd_limit_free(h->addrs);
         httpd_limit_free(h->users);
+        httpd_limit_free(h->tls_addrs);
         free(h->open_paths);
         free(h->tls_cert);
         if (h->tls_key)

@@ -21,7 +21,7 @@
  * with Retry-After, no hash; a connection that has not sent a whole request
  * header within header_timeout_s is closed, whatever it trickles; new
  * connections a second are limited per address, TLS handshakes a second
- * over all. What it refuses is counted (httpd_get_stats).
+ * per address and over all. What it refuses is counted (httpd_get_stats).
  *
  * Not here: what is served (the handler's, i.e. the daemon's), the
  * exposition format (metrics.c). */
@@ -72,6 +72,7 @@ typedef struct httpd_limits {
          * is closed; 0 = no deadline. */
         unsigned header_timeout_s;
         unsigned connections_per_ip_per_s;      /* new connections from one address; 0 = no limit */
+        unsigned tls_handshakes_per_ip_per_s;   /* new TLS connections from one address; 0 = no limit */
         unsigned tls_handshakes_per_s;          /* new TLS connections, all addresses; 0 = no limit */
 } httpd_limits_t;
 
@@ -80,7 +81,7 @@ typedef enum httpd_reject {
         HTTPD_REJECT_AUTH_LIMITED,      /* 429: too many failed logins from its address or for its user */
         HTTPD_REJECT_AUTH_BUSY,         /* 503: the password worker's queue full */
         HTTPD_REJECT_CONNECTION_RATE,   /* closed at accept: its address's new connections a second */
-        HTTPD_REJECT_TLS_RATE,          /* closed at accept: TLS handshakes a second */
+        HTTPD_REJECT_TLS_RATE,          /* closed at accept: TLS handshakes a second (its address's or all) */
         HTTPD_REJECT_HEADER_TIMEOUT,    /* closed: no whole request header within header_timeout_s */
         HTTPD_REJECT_MAX,
 } httpd_reject_t;

@@ -696,7 +696,7 @@ static const char *const design_keys[][2] = {
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "metrics", "max_connections" }, { "metrics", "max_connections_per_ip" }, { "metrics", "timeout_s" },
         { "metrics", "probes_listen" }, { "metrics", "header_timeout_s" }, { "metrics", "connections_per_ip_per_s" },
-        { "metrics", "tls_handshakes_per_s" },
+        { "metrics", "tls_handshakes_per_ip_per_s" }, { "metrics", "tls_handshakes_per_s" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
         { "decode", "exif_orientation" },
         { "decode", "max_scan_megapixels" },
