@@ -3,8 +3,9 @@ tests/metrics/run (metrics/abuse-*) and tools/bench-http-abuse. Loopback
 only: 127.0.0.2, 127.0.0.3 ... serve as distinct source addresses. Every
 loop is bounded in time (SECONDS) and in count. Never prints a password.
 
-    abuse.py probe PORT PATH SECONDS [RATE]
-        GET PATH RATE times a second (default 10) from 127.0.0.1 for SECONDS;
+    abuse.py probe PORT PATH SECONDS [RATE [tls]]
+        GET PATH RATE times a second (default 10) from 127.0.0.1 for SECONDS
+        (with tls: over HTTPS, no certificate check), a new connection each;
         prints "n=<N> ok=<2xx/3xx/4xx/5xx answers> fail=<none> p50_ms= p99_ms= max_ms="
     abuse.py flood PORT USER SECONDS CLIENTS
         CLIENTS threads, each from its own address, send GET /metrics with USER
@@ -39,11 +40,19 @@ import threading
 import time
 
 
-def request(port, path, auth=None, src='127.0.0.1', timeout=5.0):
+def _client_tls():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def request(port, path, auth=None, src='127.0.0.1', timeout=5.0, tls=False):
     """(status, seconds) of one GET on a new connection; status 0 on no answer."""
     t0 = time.monotonic()
     try:
-        with socket.create_connection(('127.0.0.1', port), timeout=timeout, source_address=(src, 0)) as s:
+        with socket.create_connection(('127.0.0.1', port), timeout=timeout, source_address=(src, 0)) as raw:
+            s = _client_tls().wrap_socket(raw) if tls else raw
             head = 'GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n' % path
             if auth:
                 head += 'Authorization: Basic %s\r\n' % base64.b64encode(auth.encode()).decode()
@@ -56,7 +65,7 @@ def request(port, path, auth=None, src='127.0.0.1', timeout=5.0):
                 data += chunk
             line = data.split(b'\r\n', 1)[0].split()
             status = int(line[1]) if len(line) > 1 else 0
-    except (OSError, ValueError):
+    except (OSError, ValueError, ssl.SSLError):
         status = 0
     return status, time.monotonic() - t0
 
@@ -68,13 +77,13 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
-def probe(port, path, seconds, rate=10.0):
+def probe(port, path, seconds, rate=10.0, tls=False):
     lat, ok, fail = [], 0, 0
     end = time.monotonic() + seconds
     n = 0
     while time.monotonic() < end and n < int(seconds * rate) + 1:
         t = time.monotonic()
-        status, dt = request(port, path)
+        status, dt = request(port, path, tls=tls)
         n += 1
         if status:
             ok += 1
@@ -245,7 +254,7 @@ def timing(port, known, pw_env, rounds):
 def main():
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == 'probe':
-        probe(int(a[0]), a[1], float(a[2]), float(a[3]) if len(a) > 3 else 10.0)
+        probe(int(a[0]), a[1], float(a[2]), float(a[3]) if len(a) > 3 else 10.0, len(a) > 4 and a[4] == 'tls')
     elif cmd == 'flood':
         flood(int(a[0]), a[1], float(a[2]), int(a[3]))
     elif cmd == 'slowloris':
