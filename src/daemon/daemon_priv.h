@@ -137,6 +137,7 @@ struct daemon {
         /* Metrics ([metrics] listen): the server, and what the sampling
          * timer last read; the counters are the pipeline's and Kafka's. */
         httpd_t *httpd;
+        httpd_t *probes_httpd;          /* [metrics] probes_listen; NULL without */
         sd_event_source *sample_timer;
         const char *version;            /* borrowed (daemon_set_version) */
         bool reloading;

@@ -258,6 +258,18 @@ static void metrics_state(FILE *f, const metrics_snapshot_t *s) {
         fprintf(f, "inferd_model_swaps_total{result=\"applied\"} %" PRIu64 "\n", s->swaps_applied);
         fprintf(f, "inferd_model_swaps_total{result=\"rejected\"} %" PRIu64 "\n", s->swaps_rejected);
         fprintf(f, "inferd_model_swaps_total{result=\"failed\"} %" PRIu64 "\n", s->swaps_failed);
+        metrics_head(f, "inferd_http_auth_failures_total", "counter",
+                     "Requests to the metrics endpoint answered 401: no, or wrong, basic-auth credentials.");
+        fprintf(f, "inferd_http_auth_failures_total %" PRIu64 "\n", s->http_auth_failures);
+        if (s->http_rejected) {
+                metrics_head(f, "inferd_http_rejected_total", "counter",
+                             "Clients the metrics endpoint refused to protect the loop: 429 after failed logins, 503 "
+                             "with the password worker busy, connections closed over the rates or past the header "
+                             "deadline.");
+                for (int i = 0; i < s->n_http_rejected; i++)
+                        fprintf(f, "inferd_http_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
+                                s->http_rejected_names[i], s->http_rejected[i]);
+        }
         metrics_gauge(f, "inferd_model_swap_seconds", "The last applied swap's own time (free, upload, re-plan, capture).",
                       s->last_swap_s);
         metrics_gauge(f, "inferd_model_swap_pause_seconds",

@@ -119,6 +119,12 @@ typedef struct metrics_snapshot {
 
         bool have_process;
         metrics_process_t process;
+
+        /* The endpoint's own refusals (httpd.h). */
+        uint64_t http_auth_failures;
+        const uint64_t *http_rejected;          /* (n_http_rejected) by reason; NULL: none */
+        const char *const *http_rejected_names; /* (n_http_rejected) their reason label */
+        int n_http_rejected;
 } metrics_snapshot_t;
 
 /* The exposition of s, malloc'd into *ret (NUL-terminated, *len bytes).
