@@ -36,7 +36,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #define MOCK_MAX_BROKERS 16
-#define MOCK_MAX_TOPICS 64
+#define MOCK_MAX_TOPICS 128
 #define MOCK_MAX_PARTITIONS 1024
 
 typedef struct mock_topic {

@@ -133,6 +133,11 @@ typedef struct cfg {
                 int max_connections;    /* 1..10000 held at once */
                 int max_connections_per_ip;     /* 0..10000; 0 = no limit of its own */
                 int timeout_s;          /* 1..3600: an idle connection is closed */
+                char probes_listen[256];        /* host:port of the probes only; "" = none of their own */
+                int header_timeout_s;   /* 0..3600: a whole request header by then; 0 = no deadline */
+                int connections_per_ip_per_s;   /* 0..100000 new connections a second; 0 = no limit */
+                int tls_handshakes_per_ip_per_s;        /* 0..100000 new TLS connections a second from one address */
+                int tls_handshakes_per_s;       /* 0..100000 new TLS connections a second, all addresses */
         } metrics;
 
         struct {

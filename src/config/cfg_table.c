@@ -71,7 +71,7 @@ const cfg_key_t cfg_keys[] = {
         {
                 .section = "service", .name = "trace_headers", .type = CFG_T_BOOL, .def = "yes",
                 .reload = CFG_RELOAD_LIVE, .apply = cfg_apply_headers, F(service.trace_headers),
-                .description = "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is. (A DLQ copy keeps every header of its record, these too, whatever this says.)",
+                .description = "Copy the W3C trace context headers (traceparent, tracestate) of an input record to its prediction, as correlation-id always is; bounded as the spec allows (an invalid traceparent is not copied, nor a tracestate after it; a tracestate is cut to 32 members and 512 characters; a correlation-id to 1,024 bytes), each cut named in inferd-header-cut. (A DLQ copy keeps every header of its record, these too, whatever this says.)",
         },
         {
                 .section = "service", .name = "timing_header", .type = CFG_T_BOOL, .def = "no",
@@ -275,7 +275,46 @@ const cfg_key_t cfg_keys[] = {
                 .section = "metrics", .name = "timeout_s", .type = CFG_T_INT, .def = "10", .min = 1, .max = 3600,
                 .reload = CFG_RELOAD_RESTART, F(metrics.timeout_s),
                 .description = "A connection idle this long is closed (Prometheus's default scrape_timeout is 10 s). A "
-                        "client that sends a byte now and then stays, within the connection limits.",
+                        "client that sends a byte now and then is closed all the same by header_timeout_s.",
+        },
+        {
+                .section = "metrics", .name = "probes_listen", .type = CFG_T_LISTEN, .def = "",
+                .reload = CFG_RELOAD_RESTART, F(metrics.probes_listen),
+                .description = "A second address, host:port, that serves the probes only (/livez, /readyz, /healthz; "
+                        "plain HTTP, no auth, /healthz's short reason) with connection slots of its own, so that clients "
+                        "filling listen's slots never fail a kubelet's probe. Point the probes at it and let only the "
+                        "kubelet reach it (a NetworkPolicy). Empty: the probes are on listen only.",
+        },
+        {
+                .section = "metrics", .name = "header_timeout_s", .type = CFG_T_INT, .def = "5", .min = 0, .max = 3600,
+                .reload = CFG_RELOAD_RESTART, F(metrics.header_timeout_s),
+                .description = "A connection that has not sent a whole request header (and finished its TLS handshake) "
+                        "this long after it was accepted is closed, whatever bytes it trickles (slowloris); after an "
+                        "answer, the next header is due within timeout_s plus this. 0: no deadline.",
+        },
+        {
+                .section = "metrics", .name = "connections_per_ip_per_s", .type = CFG_T_INT, .def = "50",
+                .min = 0, .max = 100000,
+                .reload = CFG_RELOAD_RESTART, F(metrics.connections_per_ip_per_s),
+                .description = "New connections one client address may open a second (bursts of twice that); one more is "
+                        "closed as it is accepted. IPv6 addresses count by their /64. 0: no limit.",
+        },
+        {
+                .section = "metrics", .name = "tls_handshakes_per_ip_per_s", .type = CFG_T_INT, .def = "5",
+                .min = 0, .max = 100000,
+                .reload = CFG_RELOAD_RESTART, F(metrics.tls_handshakes_per_ip_per_s),
+                .description = "With tls_cert: new connections a second from one client address (bursts of twice that), "
+                        "since each TLS handshake is a private-key operation on the event loop; one more is closed as "
+                        "it is accepted. Prometheus keeps its connection alive between scrapes. 0: no limit.",
+        },
+        {
+                .section = "metrics", .name = "tls_handshakes_per_s", .type = CFG_T_INT, .def = "50",
+                .min = 0, .max = 100000,
+                .reload = CFG_RELOAD_RESTART, F(metrics.tls_handshakes_per_s),
+                .description = "With tls_cert: new connections a second from all addresses together (bursts of twice "
+                        "that), after tls_handshakes_per_ip_per_s: the bound on the loop's time in handshakes (about "
+                        "1 to 2 ms each with an RSA-2048 key, less with ECDSA) whatever the number of addresses. 0: no "
+                        "limit.",
         },
 
         {

@@ -42,6 +42,11 @@ typedef enum record_format {
 /* Not a property of the bytes either: the record's Kafka timestamp was older
  * than [batching] max_record_age when it was taken. */
 #define RECORD_ERR_EXPIRED "expired"
+/* Not a property of the bytes either: the record's prediction could not be
+ * produced because of its size (over the producer's message.max.bytes, or
+ * refused by the broker as larger than the output topic's
+ * max.message.bytes). */
+#define RECORD_ERR_OUTPUT_TOO_LARGE "output-too-large"
 
 const char *record_format_mime(record_format_t f);
 /* RECORD_UNKNOWN for a content-type this project does not know. Parameters

@@ -138,7 +138,7 @@ static void daemon_check_drained(daemon_t *d) {
                 /* An abortable failure here leaves the offsets where they
                  * were: the next owner redoes those records, and the
                  * aborted outputs are never visible. */
-                if (daemon_txn_commit(d) < 0 && d->exit_status)
+                if (daemon_txn_end(d, false, false) < 0 && d->exit_status)
                         return;
         } else {
                 r = kafka_commit_sync(d->kafka, &err);
@@ -518,6 +518,7 @@ void daemon_free(daemon_t *d) {
         kafka_free(d->kafka);
         d->kafka = NULL;
         httpd_free(d->httpd);
+        httpd_free(d->probes_httpd);
         sd_event_source_unref(d->sample_timer);
         sd_event_source_unref(d->sig_term);
         sd_event_source_unref(d->sig_int);
@@ -550,6 +551,7 @@ void daemon_free(daemon_t *d) {
  * are answered ("starting"; the metrics known so far). */
 static void daemon_serve_starting(daemon_t *d) {
         httpd_serve_pending(d->httpd);
+        httpd_serve_pending(d->probes_httpd);
 }
 
 /* Start-up's first long step: the weights (or, for the pipeline benchmark,

@@ -64,6 +64,7 @@ static int daemon_on_sample(sd_event_source *s, uint64_t usec, void *userdata) {
  * nothing that can block. */
 static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         metrics_snapshot_t s = {};
+        httpd_stats_t http = {};
         pipeline_stats_t st;
         struct timespec now;
 
@@ -81,6 +82,8 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;
+        s.headers_cut = st.headers_cut;
+        s.n_headers_cut = st.n_headers_cut;
         s.batch_size = st.batch_size;
         s.batch_seconds = st.batch_seconds;
         s.latency_seconds = &d->latency;
@@ -118,6 +121,12 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.last_swap_pause_s = d->reload_stats.last_swap_pause_s;
         s.have_process = d->have_process;
         s.process = d->process;
+        httpd_add_stats(d->httpd, &http);
+        httpd_add_stats(d->probes_httpd, &http);
+        s.http_auth_failures = http.auth_failures;
+        s.http_rejected = http.rejected;
+        s.http_rejected_names = httpd_reject_names;
+        s.n_http_rejected = HTTPD_REJECT_MAX;
         return metrics_format(&s, ret, len);
 }
 
@@ -146,8 +155,18 @@ static void daemon_probes_state(const daemon_t *d, probes_state_t *ret) {
         };
 }
 
-static int daemon_on_http(void *userdata, const char *path, httpd_response_t *ret) {
+/* Kafka's reason for refusing our login, when it has one: told only to a
+ * client that passed basic auth (or to anyone when there is none), since it
+ * names the brokers, the security protocol and the mechanism. */
+static const char *daemon_kafka_detail(const daemon_t *d, const httpd_request_t *req) {
+        const char *why = d->kafka ? kafka_get_auth_error(d->kafka) : "";
+
+        return *why && !req->anonymous ? why : NULL;
+}
+
+static int daemon_on_http(void *userdata, const httpd_request_t *req, httpd_response_t *ret) {
         daemon_t *d = userdata;
+        const char *path = req->path, *detail = daemon_kafka_detail(d, req);
         probes_state_t ps;
         const char *state;
 
@@ -160,11 +179,14 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
                 /* Ready: started, consuming, neither reloading nor draining
                  * nor stopping on a failure. */
                 state = d->exit_status ? "stopping" : daemon_state(d);
-                /* Ready but refused by the brokers: say why. */
+                /* Ready but refused by the brokers: say why (in full only
+                 * to a client that passed basic auth). */
                 if (!strcmp(state, "ready") && d->kafka && *kafka_get_auth_error(d->kafka)) {
                         char why[640];
 
-                        snprintf(why, sizeof(why), "not ready: Kafka %s", kafka_get_auth_error(d->kafka));
+                        if (!detail)
+                                return daemon_text(ret, 503, "auth-failed");
+                        snprintf(why, sizeof(why), "not ready: Kafka %s", detail);
                         return daemon_text(ret, 503, why);
                 }
                 return daemon_text(ret, strcmp(state, "ready") ? 503 : 200, state);
@@ -175,9 +197,26 @@ static int daemon_on_http(void *userdata, const char *path, httpd_response_t *re
         if (!strcmp(path, "/readyz")) {
                 daemon_probes_state(d, &ps);
                 state = probes_ready_reason(&ps);
+                if (state && !strcmp(state, "auth-failed") && detail) {
+                        char why[640];
+
+                        /* The short reason first (what probes match), Kafka's on the next line. */
+                        snprintf(why, sizeof(why), "auth-failed\nKafka %s", detail);
+                        return daemon_text(ret, 503, why);
+                }
                 return daemon_text(ret, state ? 503 : 200, state ? state : "ready");
         }
         return daemon_text(ret, 404, "not found: GET /metrics, /healthz, /livez or /readyz");
+}
+
+/* [metrics] probes_listen: the probes only, and the short reasons (no auth
+ * there to pass). */
+static int daemon_on_probe_http(void *userdata, const httpd_request_t *req, httpd_response_t *ret) {
+        httpd_request_t anon = { .path = req->path, .anonymous = true };
+
+        if (strcmp(req->path, "/livez") && strcmp(req->path, "/readyz") && strcmp(req->path, "/healthz"))
+                return daemon_text(ret, 404, "not found: GET /livez, /readyz or /healthz (the probes' address)");
+        return daemon_on_http(userdata, &anon, ret);
 }
 
 /* The endpoint first, before anything slow: a port that cannot be bound
@@ -189,27 +228,41 @@ int daemon_metrics_start(daemon_t *d, errbuf_t *err) {
                 .users_path = d->cfg->metrics.basic_auth_users[0] ? d->cfg->metrics.basic_auth_users : NULL,
                 .open_paths = d->cfg->metrics.auth_healthz ? NULL : "/healthz /livez /readyz",
         };
+        const httpd_limits_t limits = {
+                .max_connections = (unsigned)d->cfg->metrics.max_connections,
+                .max_connections_per_ip = (unsigned)d->cfg->metrics.max_connections_per_ip,
+                .timeout_s = (unsigned)d->cfg->metrics.timeout_s,
+                .header_timeout_s = (unsigned)d->cfg->metrics.header_timeout_s,
+                .connections_per_ip_per_s = (unsigned)d->cfg->metrics.connections_per_ip_per_s,
+                .tls_handshakes_per_ip_per_s = (unsigned)d->cfg->metrics.tls_handshakes_per_ip_per_s,
+                .tls_handshakes_per_s = (unsigned)d->cfg->metrics.tls_handshakes_per_s,
+        };
         int r;
 
         if (!d->cfg->metrics.listen[0])
                 return 0;
-        r = httpd_new_secure(&d->httpd, d->event, d->cfg->metrics.listen,
-                             &(httpd_limits_t){ .max_connections = (unsigned)d->cfg->metrics.max_connections,
-                                                .max_connections_per_ip =
-                                                        (unsigned)d->cfg->metrics.max_connections_per_ip,
-                                                .timeout_s = (unsigned)d->cfg->metrics.timeout_s },
-                             &sec, daemon_on_http, d, err);
+        r = httpd_new_secure(&d->httpd, d->event, d->cfg->metrics.listen, &limits, &sec, daemon_on_http, d, err);
         if (r < 0)
                 return errbuf_prefix(err, r, "[metrics]");
+        if (d->cfg->metrics.probes_listen[0]) {
+                /* Plain HTTP and no auth: what a kubelet's httpGet probe
+                 * speaks; its own slots, the same deadlines and rates. */
+                r = httpd_new(&d->probes_httpd, d->event, d->cfg->metrics.probes_listen, &limits, daemon_on_probe_http,
+                              d, err);
+                if (r < 0)
+                        return errbuf_prefix(err, r, "[metrics] probes_listen");
+        }
         r = sd_event_add_time(d->event, &d->sample_timer, CLOCK_MONOTONIC, daemon_now_us() + DAEMON_SAMPLE_INTERVAL_US,
                               0, daemon_on_sample, d);
         if (r < 0)
                 return errbuf_set(err, r, "Failed to add the metrics timer: %s", strerror(-r));
         sd_event_source_set_enabled(d->sample_timer, SD_EVENT_ON);
-        log_info("Metrics on %s://%s/metrics, probes on /livez and /readyz (and /healthz)%s%s",
+        log_info("Metrics on %s://%s/metrics, probes on /livez and /readyz (and /healthz)%s%s%s%s",
                  sec.tls_cert_path ? "https" : "http", d->cfg->metrics.listen,
                  sec.users_path ? "; basic auth on " : "",
-                 sec.users_path ? (sec.open_paths ? "/metrics (the probes open)" : "all") : "");
+                 sec.users_path ? (sec.open_paths ? "/metrics (the probes open)" : "all") : "",
+                 d->probes_httpd ? "; the probes also on http://" : "",
+                 d->probes_httpd ? d->cfg->metrics.probes_listen : "");
         return 0;
 }
 

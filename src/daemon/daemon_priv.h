@@ -137,6 +137,7 @@ struct daemon {
         /* Metrics ([metrics] listen): the server, and what the sampling
          * timer last read; the counters are the pipeline's and Kafka's. */
         httpd_t *httpd;
+        httpd_t *probes_httpd;          /* [metrics] probes_listen; NULL without */
         sd_event_source *sample_timer;
         const char *version;            /* borrowed (daemon_set_version) */
         bool reloading;
@@ -174,8 +175,7 @@ void daemon_watchdog_ping(daemon_t *d);
 /* daemon_txn.c: exactly-once, the commit points. */
 bool daemon_eos(const daemon_t *d);
 int daemon_txn_note(daemon_t *d, const char *topic, int32_t partition, int64_t next);
-int daemon_txn_abort(daemon_t *d);
-int daemon_txn_commit(daemon_t *d);
+int daemon_txn_end(daemon_t *d, bool aborting, bool rewind);
 void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
 void daemon_txn_done(daemon_t *d);

@@ -81,12 +81,18 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
                  * that also commits an offset past its input, and a DLQ copy
                  * or a prediction that overtook an unfinished record of its
                  * partition would be committed without its offset, and
-                 * produced again by the next owner. */
-                if (lost || d->txn_doomed || unfinished) {
-                        d->txn_doomed = false;
-                        daemon_txn_abort(d);
-                } else
-                        daemon_txn_commit(d);
+                 * produced again by the next owner. When partitions are kept
+                 * (cooperative), the end rewinds them to the committed
+                 * offsets if it aborts, and what was taken before is given
+                 * up, so that none moves past an aborted output and no
+                 * record taken before the abort makes a second output (the
+                 * revoked ones' outputs are given up once they are revoked:
+                 * pipeline_output_stale). */
+                bool kept = !lost && kafka_get_assigned(d->kafka) > parts->cnt;
+                bool aborting = lost || d->txn_doomed || unfinished;
+
+                d->txn_doomed = false;
+                daemon_txn_end(d, aborting, kept);
                 if (d->txn_closing && !d->exit_status) {
                         d->txn_closing = false;
                         if (!d->swap_paused_us)
@@ -155,7 +161,9 @@ void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
         if (!t)
                 return;
         if (m->err && d->pipeline && (r = pipeline_delivery_failed(d->pipeline, m)) == 0)
-                return;         /* a DLQ copy too large: produced again without its value, with t */
+                return;         /* an output too large: retried alone, without its value, or as a DLQ copy */
+        if (!m->err && d->pipeline)
+                pipeline_output_delivered(d->pipeline, m);
         if (m->err && daemon_eos(d) && (d->txn_doomed || m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
                                         m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
                 /* An output of a doomed or aborted transaction: never
@@ -173,10 +181,11 @@ void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m) {
                 if (r == -ECANCELED)
                         log_warning_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic),
                                                        LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
-                                      "The broker refused DLQ copies as too large for '%s' (its "
-                                      "max.message.bytes): aborting the transaction and reading its records "
-                                      "again; copies that large go without their value then",
-                                      d->cfg->kafka.dlq_topic);
+                                      "The broker refused %s as too large for '%s' (its max.message.bytes): "
+                                      "aborting the transaction and reading its records again; the largest of the "
+                                      "refused batch goes %s then", t->dlq ? "DLQ copies" : "predictions",
+                                      t->dlq ? d->cfg->kafka.dlq_topic : d->cfg->kafka.output_topic,
+                                      t->dlq ? "without its value" : "to the DLQ as output-too-large");
                 else
                         log_warning_f(((log_fields_t){ LOG_TOPIC(d->cfg->kafka.input_topic),
                                                        LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),

@@ -83,52 +83,6 @@ static void daemon_txn_committed(daemon_t *d, int n, uint64_t t0) {
         daemon_txn_forget(d);
 }
 
-/* Ends the open transaction without its offsets (a revoke's: the next owner
- * reads the partitions from the committed offsets). Blocking: the revoke
- * callback waits for the transaction thread. */
-int daemon_txn_abort(daemon_t *d) {
-        errbuf_t err = {};
-        int r;
-
-        daemon_txn_forget(d);
-        r = kafka_txn_abort(d->kafka, DAEMON_TXN_CALL_TIMEOUT_MS, &err);
-        if (r < 0) {
-                log_error("%s; stopping", err.msg);
-                daemon_fail(d, 1);
-                return r;
-        }
-        log_warning("Aborted the transaction");
-        return 0;
-}
-
-/* Commits the open transaction with the offsets it covers, every output in
- * it acknowledged and every record taken before it finished (a revoke's or
- * the drain's last commit). Blocking: waits for the transaction thread. An
- * abortable failure was aborted there (the offsets stay where they were: the
- * next owner redoes those records, and the aborted outputs are never
- * visible); a fatal one (fenced: another incarnation took over) stops the
- * daemon with status 1. */
-int daemon_txn_commit(daemon_t *d) {
-        int n = d->txn_offsets ? d->txn_offsets->cnt : 0;
-        uint64_t t0 = daemon_now_us();
-        errbuf_t err = {};
-        int r;
-
-        r = kafka_txn_commit(d->kafka, d->txn_offsets, DAEMON_TXN_CALL_TIMEOUT_MS, &err);
-        if (r == 0) {
-                daemon_txn_committed(d, n, t0);
-                return 0;
-        }
-        daemon_txn_forget(d);
-        if (r == -ECANCELED) {
-                log_warning("%s; aborted the transaction", err.msg);
-                return 0;
-        }
-        log_error("%s; stopping", err.msg);
-        daemon_fail(d, 1);
-        return r;
-}
-
 /* Hands the commit point's job to the transaction thread: the commit with
  * the offsets it covers, or the abort of a doomed transaction (both with
  * the rewind's read when it aborts). The loop goes on serving meanwhile
@@ -146,7 +100,8 @@ static void daemon_txn_start(daemon_t *d, kafka_txn_job_kind_t kind) {
 
 /* What the transaction thread's job came to: committed (the costs
  * counted), aborted after an abortable failure or as asked (the partitions
- * rewound), or failed for good (the daemon stops with status 1). */
+ * rewound when the job read where to), or failed for good (the daemon stops
+ * with status 1). */
 static void daemon_txn_settled(daemon_t *d, int r, kafka_txn_result_t *res, const errbuf_t *err) {
         int n = d->txn_offsets ? d->txn_offsets->cnt : 0;
 
@@ -155,16 +110,52 @@ static void daemon_txn_settled(daemon_t *d, int r, kafka_txn_result_t *res, cons
                 return;
         }
         daemon_txn_forget(d);
-        if (res->aborted && res->rewind_to) {
+        if (res->aborted && (r == 0 || r == -ECANCELED)) {
                 if (res->cause[0])
                         log_warning("%s", res->cause);
-                daemon_txn_rewound(d, res->rewind_to);
+                if (res->rewind_to)
+                        daemon_txn_rewound(d, res->rewind_to);
+                else
+                        log_warning("Aborted the transaction");
                 return;
         }
         if (res->rewind_to)
                 rd_kafka_topic_partition_list_destroy(res->rewind_to);
         log_error("%s; stopping", err->msg);
         daemon_fail(d, 1);
+}
+
+/* Ends the open transaction, waiting for the transaction thread: commits
+ * it with the offsets it covers (every output in it acknowledged), or
+ * aborts it (aborting). An abortable failure is aborted there. With rewind,
+ * every assigned partition is then read again from the group's committed
+ * offsets, and what was taken before is given up (pipeline_output_stale):
+ * a revoke's, since a kept partition (cooperative) must not move past an
+ * aborted output, nor a record taken before the abort produce a second
+ * output (issue 36). Without, the offsets stay where they were (the
+ * drain's: the next owner redoes those records, and the aborted outputs are
+ * never visible). A fatal failure (fenced: another incarnation took over)
+ * stops the daemon with status 1, and returns it. */
+int daemon_txn_end(daemon_t *d, bool aborting, bool rewind) {
+        kafka_txn_result_t res = {};
+        errbuf_t err = {};
+        int r;
+
+        if (!aborting && !kafka_txn_is_open(d->kafka) && (!d->txn_offsets || d->txn_offsets->cnt == 0)) {
+                daemon_txn_forget(d);
+                return 0;
+        }
+        if (aborting && !kafka_txn_is_open(d->kafka)) {
+                daemon_txn_forget(d);
+                return 0;
+        }
+        d->txn_job_us = daemon_now_us();
+        r = kafka_txn_submit(d->kafka, aborting ? KAFKA_TXN_JOB_ABORT : KAFKA_TXN_JOB_COMMIT,
+                             aborting ? NULL : d->txn_offsets, DAEMON_TXN_CALL_TIMEOUT_MS, rewind, &err);
+        if (r == 0)
+                r = kafka_txn_wait(d->kafka, &res, &err);
+        daemon_txn_settled(d, r, &res, &err);
+        return d->exit_status ? -EIO : 0;
 }
 
 /* The transaction thread is done (its fd readable): settles the result,

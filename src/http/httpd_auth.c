@@ -125,25 +125,39 @@ fail:
         return r;
 }
 
-bool httpd_auth_check(httpd_auth_t *a, const char *user, const char *password) {
+bool httpd_auth_cached(const httpd_auth_t *a, const char *user, const char *password) {
+        return a->ok_user && strcmp(a->ok_user, user) == 0 && httpd_auth_equal(a->ok_password, password);
+}
+
+bool httpd_auth_verify(httpd_auth_t *a, const char *user, const char *password) {
         const httpd_user_t *u = NULL;
         const char *h;
 
         for (unsigned i = 0; i < a->n; i++)
                 if (strcmp(a->users[i].name, user) == 0)
                         u = &a->users[i];
+        /* An unknown user: the same hash as the first user's (same scheme,
+         * same cost), whose answer is then thrown away. */
+        h = crypt_r(password, u ? u->hash : a->users[0].hash, a->cd);
         if (!u)
                 return false;
-        if (a->ok_user && strcmp(a->ok_user, user) == 0 && httpd_auth_equal(a->ok_password, password))
-                return true;
-        h = crypt_r(password, u->hash, a->cd);
         /* A failure gives NULL or a token starting with '*', never a match. */
-        if (!h || *h == '*' || !httpd_auth_equal(h, u->hash))
-                return false;
+        return h && *h != '*' && httpd_auth_equal(h, u->hash);
+}
+
+void httpd_auth_remember(httpd_auth_t *a, const char *user, const char *password) {
         httpd_auth_forget(a);
         a->ok_user = strdup(user);
         a->ok_password = strdup(password);
         if (!a->ok_user || !a->ok_password)
                 httpd_auth_forget(a);
+}
+
+bool httpd_auth_check(httpd_auth_t *a, const char *user, const char *password) {
+        if (httpd_auth_cached(a, user, password))
+                return true;
+        if (!httpd_auth_verify(a, user, password))
+                return false;
+        httpd_auth_remember(a, user, password);
         return true;
 }

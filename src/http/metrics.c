@@ -258,6 +258,18 @@ static void metrics_state(FILE *f, const metrics_snapshot_t *s) {
         fprintf(f, "inferd_model_swaps_total{result=\"applied\"} %" PRIu64 "\n", s->swaps_applied);
         fprintf(f, "inferd_model_swaps_total{result=\"rejected\"} %" PRIu64 "\n", s->swaps_rejected);
         fprintf(f, "inferd_model_swaps_total{result=\"failed\"} %" PRIu64 "\n", s->swaps_failed);
+        metrics_head(f, "inferd_http_auth_failures_total", "counter",
+                     "Requests to the metrics endpoint answered 401: no, or wrong, basic-auth credentials.");
+        fprintf(f, "inferd_http_auth_failures_total %" PRIu64 "\n", s->http_auth_failures);
+        if (s->http_rejected) {
+                metrics_head(f, "inferd_http_rejected_total", "counter",
+                             "Clients the metrics endpoint refused to protect the loop: 429 after failed logins, 503 "
+                             "with the password worker busy, connections closed over the rates or past the header "
+                             "deadline.");
+                for (int i = 0; i < s->n_http_rejected; i++)
+                        fprintf(f, "inferd_http_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
+                                s->http_rejected_names[i], s->http_rejected[i]);
+        }
         metrics_gauge(f, "inferd_model_swap_seconds", "The last applied swap's own time (free, upload, re-plan, capture).",
                       s->last_swap_s);
         metrics_gauge(f, "inferd_model_swap_pause_seconds",
@@ -300,6 +312,11 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
         metrics_counter(f, "inferd_dlq_values_omitted_total",
                         "DLQ copies sent without the record's value, which was too large for the DLQ topic.",
                         s->dlq_values_omitted);
+        metrics_counts(f, "inferd_copied_headers_cut_total", "header",
+                       "Headers copied into predictions that were cut to their bound or left out (a traceparent "
+                       "that is not W3C Trace Context, a tracestate over 32 members or 512 characters, a "
+                       "correlation-id over 1,024 bytes), by header.",
+                       s->headers_cut, s->n_headers_cut);
         metrics_counter(f, "inferd_batches_total", "Batches submitted to the engine.", s->batches);
         metrics_histogram(f, "inferd_batch_size", "Records per batch submitted to the engine.", s->batch_size);
         metrics_histogram(f, "inferd_batch_duration_seconds", "A batch's time from engine submit to its results.",

@@ -82,6 +82,8 @@ typedef struct metrics_snapshot {
         uint64_t dlq_values_omitted;            /* DLQ copies sent without their value (too large) */
         const metrics_count_t *dead_letters;    /* by DLQ code */
         size_t n_dead_letters;
+        const metrics_count_t *headers_cut;     /* predictions' copied headers cut, by header name */
+        size_t n_headers_cut;
         const metrics_hist_t *batch_size, *batch_seconds, *latency_seconds;     /* NULL: not yet */
         const metrics_hist_t *loop_lag_seconds;                                 /* NULL: not yet */
         const metrics_hist_t *stage_seconds;    /* (n_stages) NULL: not yet */
@@ -117,6 +119,12 @@ typedef struct metrics_snapshot {
 
         bool have_process;
         metrics_process_t process;
+
+        /* The endpoint's own refusals (httpd.h). */
+        uint64_t http_auth_failures;
+        const uint64_t *http_rejected;          /* (n_http_rejected) by reason; NULL: none */
+        const char *const *http_rejected_names; /* (n_http_rejected) their reason label */
+        int n_http_rejected;
 } metrics_snapshot_t;
 
 /* The exposition of s, malloc'd into *ret (NUL-terminated, *len bytes).

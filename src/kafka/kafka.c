@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -731,9 +732,21 @@ bool kafka_is_paused(const kafka_t *k) {
         return k->paused;
 }
 
+size_t kafka_headers_bytes(const rd_kafka_headers_t *headers) {
+        const char *name;
+        const void *v;
+        size_t len, i = 0, n = 0;
+
+        while (headers && rd_kafka_header_get_all(headers, i++, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                n += strlen(name) + len;
+        return n;
+}
+
 int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
                   size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err) {
         rd_kafka_resp_err_t re;
+        char limit[32] = "?";
+        size_t limit_len = sizeof(limit), header_bytes;
         int r;
 
         /* Exactly-once: the first output after a commit opens the next
@@ -749,10 +762,16 @@ int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len
         if (re == RD_KAFKA_RESP_ERR__STATE && k->transactional)
                 return errbuf_set(err, -ECANCELED, "Failed to produce to '%s': the transaction has failed and "
                                   "must be aborted", topic);
-        if (re == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+        if (re == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+                /* The headers count: a large one alone can make it too large. */
+                header_bytes = kafka_headers_bytes(headers);
+                if (rd_kafka_conf_get(rd_kafka_conf(k->producer), "message.max.bytes", limit, &limit_len) !=
+                    RD_KAFKA_CONF_OK)
+                        snprintf(limit, sizeof(limit), "?");
                 return errbuf_set(err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, "
-                                  "value %zu and headers) is over the producer's message.max.bytes", topic,
-                                  key_len + value_len, key_len, value_len);
+                                  "value %zu, headers %zu) is over the producer's message.max.bytes (%s)", topic,
+                                  key_len + value_len + header_bytes, key_len, value_len, header_bytes, limit);
+        }
         if (re)
                 return errbuf_set(err, -EIO, "Failed to produce to '%s': %s", topic, rd_kafka_err2str(re));
         /* headers belong to librdkafka now. */

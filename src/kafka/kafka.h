@@ -122,6 +122,10 @@ bool kafka_is_paused(const kafka_t *k);
 int kafka_produce(kafka_t *k, const char *topic, const void *key, size_t key_len, const void *value,
                   size_t value_len, rd_kafka_headers_t *headers, void *opaque, errbuf_t *err);
 
+/* The bytes of a record's headers as the producer counts them: every
+ * name and value (NULL: none). */
+size_t kafka_headers_bytes(const rd_kafka_headers_t *headers);
+
 /* Stores next_offset (the next record to read) for commit. */
 int kafka_store_offset(kafka_t *k, const char *topic, int32_t partition, int64_t next_offset, errbuf_t *err);
 

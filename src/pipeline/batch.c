@@ -243,6 +243,10 @@ static batch_part_t *batch_offsets_find_id(const batch_offsets_t *o, int id) {
         return NULL;
 }
 
+bool batch_offsets_current(const batch_offsets_t *o, int id) {
+        return batch_offsets_find_id(o, id) != NULL;
+}
+
 static size_t batch_part_undone(const batch_part_t *p) {
         size_t n = 0;
 

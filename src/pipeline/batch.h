@@ -117,6 +117,10 @@ int batch_offsets_track(batch_offsets_t *o, const char *topic, int32_t partition
 int batch_offsets_done(batch_offsets_t *o, int id, int64_t offset, const char **topic, int32_t *partition,
                        int64_t *next_offset);
 
+/* Whether id is still a partition's current id: false once the partition
+ * was revoked or assigned again (a rewind) since the id was handed out. */
+bool batch_offsets_current(const batch_offsets_t *o, int id);
+
 /* Records tracked and not yet done, over every partition. */
 size_t batch_offsets_pending(const batch_offsets_t *o);
 

@@ -30,7 +30,7 @@
 static const char *const pipeline_dlq_known[] = {
         RECORD_ERR_BAD_SIZE,    RECORD_ERR_BAD_CONTENT_TYPE,  RECORD_ERR_DECODE_FAILED,
         RECORD_ERR_TOO_LARGE,   RECORD_ERR_NON_FINITE_OUTPUT, RECORD_ERR_EXPIRED,
-        RECORD_ERR_TOO_COSTLY,
+        RECORD_ERR_TOO_COSTLY,  RECORD_ERR_OUTPUT_TOO_LARGE,
 };
 
 uint64_t pipeline_now_us(void) {
@@ -361,11 +361,15 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 .timing_header = cfg->timing_header,
                 .last_progress_us = pipeline_now_us(),
                 .dlq_cut_bytes = SIZE_MAX,
+                .dlq_cut_ttl_us = PIPELINE_DLQ_CUT_TTL_US,
+                .out_cut_bytes = SIZE_MAX,
         };
         p->top_k = cfg->top_k < p->engine_top_k ? cfg->top_k : p->engine_top_k;
         for (size_t i = 0; i < sizeof(pipeline_dlq_known) / sizeof(pipeline_dlq_known[0]); i++)
                 p->dlq_codes[p->n_dlq_codes++] = (metrics_count_t){ .label = pipeline_dlq_known[i] };
         p->n_dlq_known = p->n_dlq_codes;
+        for (int i = 0; i < PIPELINE_N_COPIED; i++)
+                p->headers_cut[i] = (metrics_count_t){ .label = pipeline_copied_headers[i] };
         metrics_hist_init(&p->batch_size, METRICS_HIST_BATCH_SIZE);
         metrics_hist_init(&p->batch_seconds, METRICS_HIST_BATCH_SECONDS);
         for (int i = 0; i < RECTIME_STAGES; i++)
@@ -419,6 +423,7 @@ void pipeline_free(pipeline_t *p) {
         for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
                 free((char *)p->dlq_codes[i].label);
         pipeline_staging_free(p);
+        pipeline_dlq_retry_free(p);
         free(p->held);
         free(p);
 }
@@ -518,10 +523,13 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .dlq_out = p->dlq_out,
                 .expired_skipped = p->expired_skipped,
                 .dlq_values_omitted = p->dlq_values_omitted,
+                .outputs_given_up = p->outputs_given_up,
                 .batches = p->batches,
                 .batch_records = p->batch_records,
                 .dlq_codes = p->dlq_codes,
                 .n_dlq_codes = p->n_dlq_codes,
+                .headers_cut = p->headers_cut,
+                .n_headers_cut = PIPELINE_N_COPIED,
                 .batch_size = &p->batch_size,
                 .batch_seconds = &p->batch_seconds,
                 .stage_seconds = p->stage_seconds,

@@ -84,6 +84,9 @@ typedef struct pipeline_ticket {
         int32_t partition;
         bool dlq;               /* a DLQ copy, not a prediction */
         int dlq_cut_tries;      /* times this DLQ copy was produced without its value (dlq.h) */
+        int dlq_solo_tries;     /* times it was retried alone after a refusal beside others (pipeline_dlq.c) */
+        uint64_t dlq_seq;       /* the pipeline's count of DLQ copies sent, when it was last sent */
+        bool dlq_alone;         /* ... with no other DLQ copy in flight */
         int64_t timestamp_ms;   /* the source record's Kafka timestamp (epoch ms); -1 = none */
         bool timed;             /* a prediction whose times are read: times is valid */
         rectime_t times;        /* the record's stages up to its batch's results (pipeline_delivered) */
@@ -144,10 +147,14 @@ typedef struct pipeline_stats {
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
         uint64_t expired_skipped;       /* past max_record_age, finished without output (skip) */
         uint64_t dlq_values_omitted;    /* of those, copies sent without their value (too large) */
+        uint64_t outputs_given_up;      /* records whose partition was revoked or rewound after they were
+                                         * taken: no output (their next reader takes them again) */
         uint64_t batches;               /* slots submitted */
         uint64_t batch_records;         /* records in those slots */
         const metrics_count_t *dlq_codes;       /* DLQ copies by inferd-error code (every known code, 0 or more) */
         size_t n_dlq_codes;
+        const metrics_count_t *headers_cut;     /* predictions' copied headers cut or left out, by name */
+        size_t n_headers_cut;
         const metrics_hist_t *batch_size;       /* records per submitted batch */
         const metrics_hist_t *batch_seconds;    /* engine submit to reap */
         const metrics_hist_t *stage_seconds;    /* (RECTIME_STAGES) per delivered prediction, by rectime_stage_t */
@@ -212,15 +219,24 @@ int pipeline_produce_pending(pipeline_t *p);
 
 /* A delivery report failed (m->err). For a DLQ copy that the broker
  * refused as too large (MSG_SIZE_TOO_LARGE: the topic's max.message.bytes
- * is below the producer's message.max.bytes), produces it again without its
- * value, with large header values cut, and inferd-dlq-value-omitted: the
- * ticket (m->_private) goes with it, and 0 is returned; copies at least as
- * large are cut before they are sent from then on. Otherwise (another
+ * is below the producer's message.max.bytes): refused beside other copies
+ * (the broker refuses a whole batch), it is kept and retried whole, alone;
+ * refused alone, it is produced again without its value, with large header
+ * values cut, and inferd-dlq-value-omitted, and copies at least as large
+ * are cut before they are sent for a while (pipeline_dlq.c). Either way the
+ * ticket (m->_private) goes with it, and 0 is returned. Otherwise (another
  * error, a prediction, a copy that was already cut) returns -errno and the
  * ticket stays the caller's. With exactly-once the failed delivery has
  * doomed the open transaction: -ECANCELED (the copy is cut when the record
- * comes again, after the abort). */
+ * comes again, after the abort, if the refusal showed it too large).
+ * Every failed report of a pipeline output goes through here. */
 int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m);
+
+/* A delivery report without error for an output of the pipeline (its
+ * ticket, m->_private, stays the caller's): DLQ copies waiting to be
+ * retried alone may go now, and a copy delivered whole at or above the
+ * learned size lifts it. */
+void pipeline_output_delivered(pipeline_t *p, const rd_kafka_message_t *m);
 
 /* Submits the FILLING slot, if any (a drain or a revoke: no more records
  * will come to fill it); records still decoding then fill another, which is

@@ -5,7 +5,9 @@
  *                       batch delay), taking records in, the life cycle,
  *                       live settings and statistics
  *   pipeline_produce.c  the outputs: predictions and DLQ copies, their
- *                       headers and tickets, and the DLQ's refusals
+ *                       headers and tickets
+ *   pipeline_dlq.c      DLQ copies the broker refuses as too large: retried
+ *                       alone, cut, and the size learned from it
  *   pipeline_hold.c     the held queue, the hold and pausing fetching, the
  *                       pump, closing the intake and the drain
  *   pipeline_decode.c   records that need decoding: their staging entries,
@@ -24,6 +26,39 @@
  * layers give, plus room for one that a later layer adds without telling
  * this table (it is then counted under its own name, not lost). */
 #define PIPELINE_DLQ_CODES_MAX 16
+
+/* The headers a prediction copies from its input (pipeline_produce.c), by
+ * index into pipeline_copied_headers, and the bound on any of their values
+ * (the trace context has tighter ones of its own, tracectx.h). A cut one is
+ * named in an inferd-header-cut header: <name>=<bytes it had>. */
+enum {
+        PIPELINE_COPIED_CORRELATION_ID,
+        PIPELINE_COPIED_TRACEPARENT,
+        PIPELINE_COPIED_TRACESTATE,
+        PIPELINE_N_COPIED,
+};
+extern const char *const pipeline_copied_headers[PIPELINE_N_COPIED];
+#define PIPELINE_COPIED_MAX_BYTES 1024
+#define PIPELINE_HEADER_CUT "inferd-header-cut"
+
+/* pipeline_dlq.c: the size from which DLQ copies go without their value
+ * is learned from a copy the broker refused alone; it holds this long, or
+ * until a copy that large is delivered whole. */
+#define PIPELINE_DLQ_CUT_TTL_US (3600ULL * 1000000ULL)
+/* A refused copy is retried alone this many times at most. */
+#define PIPELINE_DLQ_SOLO_TRIES 4
+/* The next copy to retry waits at most this long for the DLQ copies in
+ * flight to be reported (then it goes beside them, not alone). */
+#define PIPELINE_DLQ_SOLO_WAIT_US (1000ULL * 1000ULL)
+
+/* A DLQ copy the broker refused beside others, kept to be retried alone. */
+typedef struct pipeline_dlq_retry {
+        pipeline_ticket_t *t;           /* owned while queued */
+        void *key, *value;              /* owned copies of the refused copy's (NULL: none) */
+        size_t key_len, len;
+        rd_kafka_headers_t *headers;    /* owned while queued */
+        uint64_t queued_us;
+} pipeline_dlq_retry_t;
 
 /* A record taken for decoding (pipeline_decode.c): from its take until it
  * is placed in a slot (decoded) or sent to the DLQ (refused). */
@@ -123,8 +158,24 @@ struct pipeline {
         /* Counted here, read by the owner through pipeline_get_stats. */
         uint64_t records_in, predictions_out, dlq_out, batches, batch_records;
         uint64_t dlq_values_omitted;    /* DLQ copies sent without their value (dlq.h) */
+        uint64_t outputs_given_up;      /* outputs not produced: the partition revoked or rewound since */
         size_t dlq_cut_bytes;           /* values of this size or more are left out of DLQ copies at once: the
-                                         * broker refused one that large (SIZE_MAX: none was refused) */
+                                         * broker refused one that large alone (SIZE_MAX: none was refused) */
+        uint64_t dlq_cut_since_us;      /* when it was set; after dlq_cut_ttl_us it is lifted */
+        uint64_t dlq_cut_ttl_us;        /* PIPELINE_DLQ_CUT_TTL_US (a test shortens it) */
+        int dlq_in_flight;              /* DLQ copies handed to librdkafka and not yet reported */
+        uint64_t dlq_sent_seq;          /* DLQ copies handed to librdkafka so far */
+        pipeline_dlq_retry_t *dlq_retry; /* (dlq_retry_cap) refused copies to retry alone, oldest first */
+        size_t n_dlq_retry, dlq_retry_cap;
+        const pipeline_ticket_t *dlq_solo; /* the retried copy in flight (NULL: none); compared, never read */
+        bool dlq_refusal_run;           /* exactly-once: the last reports were refusals (one batch's) */
+        size_t out_cut_bytes;           /* exactly-once: predictions of this size or more send their record to the
+                                         * DLQ at once (the broker refused one that large); SIZE_MAX: none */
+        uint64_t out_cut_since_us;      /* when it was set; lifted after dlq_cut_ttl_us */
+        bool out_refusal_run;           /* as dlq_refusal_run, for predictions */
+        size_t out_run_base_bytes, out_run_max_bytes;
+        size_t dlq_run_base_bytes, dlq_run_max_bytes; /* dlq_cut_bytes before the run; its largest copy */
+        metrics_count_t headers_cut[PIPELINE_N_COPIED]; /* copied headers cut or left out, by name */
         uint64_t last_progress_us;      /* last completion, or when the engine left idle */
         metrics_count_t dlq_codes[PIPELINE_DLQ_CODES_MAX];      /* labels: static strings or owned copies */
         size_t n_dlq_codes, n_dlq_known;
@@ -238,6 +289,44 @@ int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const
  * the slot when all are out. -ENOBUFS: the producer's queue is full (the
  * owner retries with pipeline_produce_pending). Other errors are fatal. */
 int pipeline_produce_slot(pipeline_t *p, int slot);
+
+/* Counts a DLQ copy under its code. */
+void pipeline_count_dlq(pipeline_t *p, const char *code);
+
+/* The size from which predictions send their record to the DLQ at once
+ * (exactly-once, after the broker refused one that large; SIZE_MAX: none),
+ * lifted here once it is an hour old. */
+size_t pipeline_out_cut_bytes(pipeline_t *p);
+
+/* pipeline_delivery_failed for a prediction the broker refused as too
+ * large: at least once, its record goes to the DLQ as output-too-large,
+ * without its value (gone from the pipeline), with t: 0. Exactly-once, the
+ * size is learned and -ECANCELED returned (the transaction is doomed).
+ * Else -errno (said), t the caller's. */
+int pipeline_prediction_refused(pipeline_t *p, const rd_kafka_message_t *m);
+
+/* --- pipeline_dlq.c --------------------------------------------------------- */
+
+/* DLQ copy t was handed to librdkafka: counted in flight, and whether it
+ * went alone noted in t. */
+void pipeline_dlq_sent(pipeline_t *p, pipeline_ticket_t *t);
+
+/* The size from which DLQ copies go without their value at once (SIZE_MAX:
+ * none), lifted here once it is PIPELINE_DLQ_CUT_TTL_US old. */
+size_t pipeline_dlq_cut_bytes(pipeline_t *p);
+
+/* Produces the cut copy of a DLQ record (dlq.h): key kept, no value, the
+ * headers of full (borrowed, may be NULL) cut, under ticket t. Returns 0
+ * (t is librdkafka's) or kafka_produce's -errno. */
+int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_len, const rd_kafka_headers_t *full,
+                             size_t value_bytes, pipeline_ticket_t *t, errbuf_t *err);
+
+/* Sends the next refused copy to retry, alone, when none is in flight.
+ * 0, or -errno after ops->fail. */
+int pipeline_dlq_retry_pump(pipeline_t *p);
+
+/* Frees the copies still waiting (pipeline_free). */
+void pipeline_dlq_retry_free(pipeline_t *p);
 
 /* --- pipeline_hold.c -------------------------------------------------------- */
 

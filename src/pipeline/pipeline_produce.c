@@ -3,8 +3,9 @@
  * output not finite); a record refused as it is taken, or when its decode
  * ends, becomes a DLQ copy at once. Here are their headers (the source, the copied
  * trace context, inferd-timing), their tickets (pipeline.h), the offsets
- * they are tracked under, and a DLQ copy too large for the broker, produced
- * again without its value (dlq.h).
+ * they are tracked under, and a DLQ copy over the producer's limit,
+ * produced without its value (dlq.h; the broker's refusals are
+ * pipeline_dlq.c's).
  *
  * Not here: when a slot is produced (pipeline.c reaps it), the delivery
  * reports and storing offsets (the daemon). */
@@ -17,33 +18,81 @@
 #include <string.h>
 
 #include "pipeline/dlq.h"
+#include "pipeline/tracectx.h"
 #include "config/log.h"
 #include "core/record.h"
 
-static void pipeline_count_dlq(pipeline_t *p, const char *code) {
+void pipeline_count_dlq(pipeline_t *p, const char *code) {
         p->dlq_out++;
         /* A code beyond the table's room (or out of memory) goes uncounted by
          * name; dlq_out has it. */
         (void)metrics_count_add(p->dlq_codes, &p->n_dlq_codes, PIPELINE_DLQ_CODES_MAX, code);
 }
 
-/* The headers copied from an input record to its outputs, as they were:
- * correlation-id always, the W3C trace context with [service]
- * trace_headers. */
-static const char *const pipeline_copied_headers[] = { "correlation-id", "traceparent", "tracestate" };
-#define PIPELINE_N_COPIED(p) ((p)->trace_headers ? 3 : 1)
+/* The headers copied from an input record to its prediction, bounded:
+ * correlation-id always, cut to PIPELINE_COPIED_MAX_BYTES; with [service]
+ * trace_headers the W3C trace context, checked and cut as tracectx.h says
+ * (a tracestate without a valid traceparent is not propagated either: the
+ * spec parses it only after one). Each cut adds a header
+ * inferd-header-cut: <name>=<bytes it had>, and is counted by name
+ * (inferd_copied_headers_cut_total). A DLQ copy keeps its record's headers
+ * as they were (dlq.h cuts them only when the copy is too large). */
+const char *const pipeline_copied_headers[PIPELINE_N_COPIED] = { "correlation-id", "traceparent", "tracestate" };
 
-static bool pipeline_is_copied_header(const pipeline_t *p, const char *name) {
-        for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
-                if (!strcmp(name, pipeline_copied_headers[i]))
-                        return true;
-        return false;
+static unsigned pipeline_header_cut(rd_kafka_headers_t *h, int which, size_t had_bytes) {
+        char note[64];
+
+        snprintf(note, sizeof(note), "%s=%zu", pipeline_copied_headers[which], had_bytes);
+        rd_kafka_header_add(h, PIPELINE_HEADER_CUT, -1, note, -1);
+        return 1u << which;
 }
 
-static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const pipeline_source_t *s) {
-        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+/* Adds s's copied headers to h. Returns the cut ones, a bit each
+ * (1 << PIPELINE_COPIED_*), counted by pipeline_count_cuts once the
+ * prediction is out. */
+static unsigned pipeline_copy_headers(const pipeline_t *p, const pipeline_source_t *s, rd_kafka_headers_t *h) {
+        char state[TRACECTX_STATE_MAX_CHARS + 1];
+        bool parent_ok = false, cut = false;
+        unsigned cuts = 0;
         const void *v;
-        size_t len;
+        size_t len, n;
+
+        if (!s->headers)
+                return 0;
+        if (rd_kafka_header_get_last(s->headers, "correlation-id", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                rd_kafka_header_add(h, "correlation-id", -1, v,
+                                    (ssize_t)(len > PIPELINE_COPIED_MAX_BYTES ? PIPELINE_COPIED_MAX_BYTES : len));
+                if (len > PIPELINE_COPIED_MAX_BYTES)
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_CORRELATION_ID, len);
+        }
+        if (!p->trace_headers)
+                return cuts;
+        if (rd_kafka_header_get_last(s->headers, "traceparent", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                parent_ok = len <= PIPELINE_COPIED_MAX_BYTES && tracectx_parent_valid(v, len);
+                if (parent_ok)
+                        rd_kafka_header_add(h, "traceparent", -1, v, (ssize_t)len);
+                else
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_TRACEPARENT, len);
+        }
+        if (rd_kafka_header_get_last(s->headers, "tracestate", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                n = parent_ok ? tracectx_state_cut(v, len, state, &cut) : 0;
+                if (n > 0)
+                        rd_kafka_header_add(h, "tracestate", -1, state, (ssize_t)n);
+                if (cut || (!parent_ok && len > 0))
+                        cuts |= pipeline_header_cut(h, PIPELINE_COPIED_TRACESTATE, len);
+        }
+        return cuts;
+}
+
+static void pipeline_count_cuts(pipeline_t *p, unsigned cuts) {
+        for (int i = 0; i < PIPELINE_N_COPIED; i++)
+                if (cuts & (1u << i))
+                        p->headers_cut[i].n++;
+}
+
+/* A new header list saying where s came from (inferd-source-*). */
+static rd_kafka_headers_t *pipeline_source_headers(const pipeline_source_t *s) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
         char num[32];
 
         if (!h)
@@ -53,11 +102,6 @@ static rd_kafka_headers_t *pipeline_source_headers(const pipeline_t *p, const pi
         rd_kafka_header_add(h, "inferd-source-partition", -1, num, -1);
         snprintf(num, sizeof(num), "%" PRId64, s->offset);
         rd_kafka_header_add(h, "inferd-source-offset", -1, num, -1);
-        if (s->headers)
-                for (int i = 0; i < PIPELINE_N_COPIED(p); i++)
-                        if (rd_kafka_header_get_last(s->headers, pipeline_copied_headers[i], &v, &len) ==
-                            RD_KAFKA_RESP_ERR_NO_ERROR)
-                                rd_kafka_header_add(h, pipeline_copied_headers[i], -1, v, (ssize_t)len);
         return h;
 }
 
@@ -86,30 +130,24 @@ int pipeline_track(pipeline_t *p, const pipeline_source_t *s) {
         return 0;
 }
 
-/* Produces the cut copy of a DLQ record (dlq.h): key kept, no value, the
- * headers of full (borrowed, may be NULL) cut, under ticket t. Returns 0
- * (t is librdkafka's) or kafka_produce's -errno. */
-static int pipeline_dlq_produce_cut(pipeline_t *p, const void *key, size_t key_len, const rd_kafka_headers_t *full,
-                                    size_t value_bytes, pipeline_ticket_t *t, errbuf_t *err) {
-        rd_kafka_headers_t *cut = dlq_headers_cut(full, value_bytes);
-        int r;
-
-        if (!cut)
-                return errbuf_set(err, -ENOMEM, "Out of memory cutting a DLQ copy's headers");
-        /* An empty value, not a null one: a null value is a tombstone
-         * (a delete) on a compacted topic. */
-        r = kafka_produce(p->kafka, p->dlq_topic, key, key_len, "", 0, cut, t, err);
-        if (r < 0) {
-                rd_kafka_headers_destroy(cut);
-                return r;
-        }
-        t->dlq_cut_tries = 1;
-        p->dlq_values_omitted++;
-        return 0;
-}
-
 /* part_id of pipeline_dead_letter: the record is not tracked yet. */
 #define PIPELINE_TRACK_NOW (-1)
+
+/* Whether the output of s, tracked under part_id, is to be given up: its
+ * partition was revoked or rewound since the record was taken (a revoke
+ * that gave up on it, an aborted transaction's rewind). Its next reader
+ * (this instance after the rewind, or the partition's new owner) takes it
+ * again from the committed offset, so an output now would be a second one:
+ * under exactly-once a duplicate in the next transaction (issue 36). Said. */
+static bool pipeline_output_stale(pipeline_t *p, const pipeline_source_t *s, int part_id) {
+        if (part_id <= 0 || batch_offsets_current(p->offsets, part_id))
+                return false;
+        p->outputs_given_up++;
+        log_info_f(((log_fields_t){ LOG_TOPIC(s->topic), LOG_PARTITION(s->partition), LOG_OFFSET(s->offset) }),
+                   "Output given up: the record's partition was revoked or rewound since it was taken, and its "
+                   "next reader takes it again");
+        return true;
+}
 
 /* Sends refused record s to the DLQ with its key, value and headers, plus
  * inferd-error and inferd-error-detail. part_id is the offset store's id
@@ -125,7 +163,9 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         bool omitted = false;
         int r;
 
-        h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(p, s);
+        if (pipeline_output_stale(p, s, part_id))
+                return 0;
+        h = s->headers ? rd_kafka_headers_copy(s->headers) : pipeline_source_headers(s);
         t = pipeline_ticket_new(s, true);
         if (!h || !t) {
                 r = -ENOMEM;
@@ -133,24 +173,23 @@ static int pipeline_dead_letter(pipeline_t *p, const pipeline_source_t *s, const
         }
         if (s->headers) {
                 /* Copied the original headers: add where it came from. */
-                rd_kafka_headers_t *src = pipeline_source_headers(p, s);
+                rd_kafka_headers_t *src = pipeline_source_headers(s);
                 size_t i = 0;
                 const char *name;
                 const void *v;
                 size_t len;
 
                 while (src && rd_kafka_header_get_all(src, i++, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                        if (!pipeline_is_copied_header(p, name))        /* already there */
-                                rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
+                        rd_kafka_header_add(h, name, -1, v, (ssize_t)len);
                 if (src)
                         rd_kafka_headers_destroy(src);
         }
         rd_kafka_header_add(h, "inferd-error", -1, code, -1);
         rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
-        if (s->len >= p->dlq_cut_bytes)
-                r = -EMSGSIZE;  /* the broker refused one this large */
-        else
-                r = kafka_produce(p->kafka, p->dlq_topic, s->key, s->key_len, s->value, s->len, h, t, &err);
+        if (s->len >= pipeline_dlq_cut_bytes(p))
+                r = -EMSGSIZE;  /* the broker refused one this large, alone */
+        else if ((r = kafka_produce(p->kafka, p->dlq_topic, s->key, s->key_len, s->value, s->len, h, t, &err)) == 0)
+                pipeline_dlq_sent(p, t);
         if (r == -EMSGSIZE) {
                 /* Too large whole: without the value (dlq.h). h stays ours. */
                 r = pipeline_dlq_produce_cut(p, s->key, s->key_len, h, s->len, t, &err);
@@ -240,6 +279,25 @@ static int pipeline_prediction_json(pipeline_t *p, char *line, size_t size, char
         return prediction_encode(p->encoder, *big, (size_t)n + 1, scores, p->top_k, latency_ms);
 }
 
+/* The prediction of src (tracked under tag) could not be produced because
+ * of its size (why: kafka_produce's sentence, with the sizes): the record
+ * goes to the DLQ as output-too-large instead. 0 when it has left its slot
+ * position (sent, or exactly-once and the transaction doomed: the rewind
+ * brings it back), else pipeline_dead_letter's -errno (it stays). */
+static int pipeline_prediction_too_large(pipeline_t *p, pipeline_source_t *src, int tag, const errbuf_t *why) {
+        const char *sizes = strstr(why->msg, ": a record of ");
+        char detail[800];
+        int r;
+
+        snprintf(detail, sizeof(detail), "its prediction could not be produced to '%.200s': %s", p->output_topic,
+                 sizes ? sizes + 2 : why->msg);
+        r = pipeline_dead_letter(p, src, RECORD_ERR_OUTPUT_TOO_LARGE, detail, tag);
+        if (r < 0 && r != -ECANCELED)
+                return r;
+        pipeline_source_release(src);
+        return 0;
+}
+
 /* Produces position i of a DONE slot: its prediction (top: the slot's
  * results, (n, engine_top_k)), or its DLQ copy when its output is not
  * finite. t_now is when the slot's
@@ -255,8 +313,14 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         pipeline_ticket_t *t;
         errbuf_t err = {};
         char line[PIPELINE_JSON_LINE], *json = NULL;
+        unsigned cuts = 0;
+        size_t header_bytes;
         int len, r;
 
+        if (pipeline_output_stale(p, src, e->tag)) {
+                pipeline_source_release(src);
+                return 0;
+        }
         if (!engine_topk_is_finite(scores)) {
                 r = pipeline_dead_letter(p, src, RECORD_ERR_NON_FINITE_OUTPUT,
                                          "the model's output for this record is not finite (a NaN or infinite "
@@ -269,7 +333,9 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 pipeline_source_release(src);
                 return 0;
         }
-        h = pipeline_source_headers(p, src);
+        h = pipeline_source_headers(src);
+        if (h)
+                cuts = pipeline_copy_headers(p, src, h);
         t = pipeline_ticket_new(src, false);
         if (t) {
                 t->times = p->times[pos];
@@ -291,8 +357,16 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 goto fail;
         }
         t->part_id = e->tag;
-        r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len, h, t,
-                          &err);
+        header_bytes = kafka_headers_bytes(h);
+        if (src->key_len + (size_t)len + header_bytes >= pipeline_out_cut_bytes(p))
+                /* Exactly-once: the broker refused a prediction this large. */
+                r = errbuf_set(&err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, value %d, "
+                               "headers %zu) is at least as large as one the broker refused (%zu)", p->output_topic,
+                               src->key_len + (size_t)len + header_bytes, src->key_len, len, header_bytes,
+                               p->out_cut_bytes);
+        else
+                r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len,
+                                  h, t, &err);
         free(json);
         json = NULL;
         if (r == -ECANCELED) {
@@ -303,6 +377,20 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 pipeline_source_release(src);
                 return 0;
         }
+        if (r == -EMSGSIZE) {
+                /* Too large to produce, however it came to be (labels,
+                 * top_k, a small message.max.bytes): the record goes to the
+                 * DLQ and its partition goes on (issue 41, item 4). */
+                rd_kafka_headers_destroy(h);
+                h = NULL;
+                free(t);
+                t = NULL;
+                r = pipeline_prediction_too_large(p, src, e->tag, &err);
+                if (r < 0)
+                        return r;       /* it stays */
+                pipeline_count_cuts(p, cuts);
+                return 0;
+        }
         if (r < 0) {
                 if (r != -ENOBUFS)
                         log_error("%s", err.msg);
@@ -310,6 +398,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         }
         /* h and t belong to librdkafka now. */
         pipeline_source_release(src);
+        pipeline_count_cuts(p, cuts);
         p->predictions_out++;
         return 0;
 fail:
@@ -356,57 +445,78 @@ int pipeline_produce_pending(pipeline_t *p) {
                         return r;
                 }
         }
-        /* Refused decodes' DLQ copies that found the producer full, and
-         * decoded records for the slots released above. */
+        /* DLQ copies waiting to be retried alone (pipeline_dlq.c), refused
+         * decodes' DLQ copies that found the producer full, and decoded
+         * records for the slots released above. */
+        if (pipeline_dlq_retry_pump(p) < 0)
+                return -EIO;
         return pipeline_staging_place(p);
 }
 
-int pipeline_delivery_failed(pipeline_t *p, const rd_kafka_message_t *m) {
+size_t pipeline_out_cut_bytes(pipeline_t *p) {
+        if (p->out_cut_bytes != SIZE_MAX && pipeline_now_us() - p->out_cut_since_us >= p->dlq_cut_ttl_us) {
+                log_info("Predictions of %zu bytes or more are tried again: the broker's refusal that set that size "
+                         "is an hour old", p->out_cut_bytes);
+                p->out_cut_bytes = SIZE_MAX;
+        }
+        return p->out_cut_bytes;
+}
+
+int pipeline_prediction_refused(pipeline_t *p, const rd_kafka_message_t *m) {
         pipeline_ticket_t *t = m->_private;
-        rd_kafka_headers_t *in = NULL;
+        rd_kafka_headers_t *in = NULL, *h;
+        size_t header_bytes, total;
+        char detail[640];
         errbuf_t err = {};
         int r;
 
-        if (!t || !t->dlq || m->err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
-                return -EINVAL;
-        if (kafka_transactional(p->kafka)) {
-                if (m->len > 0 && m->len < p->dlq_cut_bytes)
-                        p->dlq_cut_bytes = m->len;
-                return -ECANCELED;
-        }
         if (rd_kafka_message_headers(m, &in) != RD_KAFKA_RESP_ERR_NO_ERROR)
                 in = NULL;
-        if (t->dlq_cut_tries > 0) {
-                /* Already cut: refused with a larger copy batched beside it
-                 * (the broker refuses the whole batch), or too large even
-                 * so. Once more, as it is; then it stops the daemon. */
-                rd_kafka_headers_t *again = in ? rd_kafka_headers_copy(in) : NULL;
-
-                if (t->dlq_cut_tries > 1 || !again) {
-                        if (again)
-                                rd_kafka_headers_destroy(again);
-                        return -EMSGSIZE;
+        header_bytes = kafka_headers_bytes(in);
+        total = m->key_len + m->len + header_bytes;
+        if (kafka_transactional(p->kafka)) {
+                /* No retry inside a doomed transaction: the records come
+                 * again after the abort, and a prediction as large as the
+                 * largest refused in this run of refusals (one batch's)
+                 * sends its record to the DLQ then, with its value. */
+                if (!p->out_refusal_run) {
+                        p->out_refusal_run = true;
+                        p->out_run_base_bytes = p->out_cut_bytes;
+                        p->out_run_max_bytes = 0;
                 }
-                r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, again, t, &err);
-                if (r < 0) {
-                        rd_kafka_headers_destroy(again);
-                        log_error("%s", err.msg);
-                        return r;
+                if (total > p->out_run_max_bytes)
+                        p->out_run_max_bytes = total;
+                if (p->out_run_max_bytes <= p->out_run_base_bytes) {
+                        p->out_cut_bytes = p->out_run_max_bytes;
+                        p->out_cut_since_us = pipeline_now_us();
                 }
-                t->dlq_cut_tries++;
-                return 0;
+                return -ECANCELED;
         }
-        if (m->len < p->dlq_cut_bytes)
-                p->dlq_cut_bytes = m->len;
-        r = pipeline_dlq_produce_cut(p, m->key, m->key_len, in, m->len, t, &err);
+        /* At least once: the record's value is gone from the pipeline; its
+         * DLQ copy says where it is. */
+        h = in ? rd_kafka_headers_copy(in) : rd_kafka_headers_new(4);
+        if (!h)
+                return -ENOMEM;
+        snprintf(detail, sizeof(detail), "the broker refused its prediction, a record of %zu bytes (key %zu, value %zu, "
+                 "headers %zu), as too large for '%.200s' (its max.message.bytes); this copy has no value: the record "
+                 "is in the input topic at its inferd-source-* offset", total, m->key_len, m->len, header_bytes,
+                 p->output_topic);
+        rd_kafka_header_add(h, "inferd-error", -1, RECORD_ERR_OUTPUT_TOO_LARGE, -1);
+        rd_kafka_header_add(h, "inferd-error-detail", -1, detail, -1);
+        t->dlq = true;
+        t->dlq_cut_tries = 1;   /* already without a value: refused again, it is tried once more (pipeline_dlq.c) */
+        r = kafka_produce(p->kafka, p->dlq_topic, m->key, m->key_len, "", 0, h, t, &err);
         if (r < 0) {
+                t->dlq = false;
+                rd_kafka_headers_destroy(h);
                 log_error("%s", err.msg);
                 return r;
         }
-        /* t is librdkafka's again. */
-        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset) }),
-                      "The broker refused a DLQ copy of %zu bytes as too large for '%s': sent again without its "
-                      "value; copies of %zu bytes or more go without it from now on",
-                      m->len, p->dlq_topic, p->dlq_cut_bytes);
+        /* h and t are librdkafka's now. */
+        pipeline_dlq_sent(p, t);
+        pipeline_count_dlq(p, RECORD_ERR_OUTPUT_TOO_LARGE);
+        log_warning_f(((log_fields_t){ LOG_PARTITION(t->partition), LOG_OFFSET(t->offset),
+                                       LOG_ERROR_CODE(RECORD_ERR_OUTPUT_TOO_LARGE) }),
+                      "Record sent to '%s' without its value: %s", p->dlq_topic, detail);
         return 0;
 }

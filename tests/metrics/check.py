@@ -70,10 +70,11 @@ def counts(scrape, predictions, dlq_codes):
     size_sum = get(s, 'inferd_batch_size_sum')
     dur_count = get(s, 'inferd_batch_duration_seconds_count')
     # Batched: every prediction, and the records refused after they took a
-    # place in a batch: a non-finite output, or a JPEG/PNG the decode pool
+    # place in a batch: a non-finite output, a prediction too large to
+    # produce (output-too-large), or a JPEG/PNG the decode pool
     # refused (decode-failed or too-large; the same codes are given before
     # batching to records whose bytes are refused at once).
-    lo = n_pred + codes.count('non-finite-output')
+    lo = n_pred + codes.count('non-finite-output') + codes.count('output-too-large')
     hi = lo + codes.count('decode-failed') + codes.count('too-large')
     check('metrics/batches', batches and batches == size_count == dur_count and size_sum is not None
           and lo <= size_sum <= hi,

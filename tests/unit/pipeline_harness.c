@@ -77,6 +77,10 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                 size_t len;
 
                 t->delivered_dlq++;
+                if (k->offset >= 0 && k->offset < TP_ORDER_MAX) {
+                        t->dlq_codes_seen[k->offset]++;
+                        t->dlq_value_len[k->offset] = m->len;
+                }
                 t->dlq_value_bytes = m->len;
                 t->dlq_omitted[0] = 0;
                 t->dlq_big_header_bytes = SIZE_MAX;
@@ -86,13 +90,23 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                                 snprintf(t->dlq_omitted, sizeof(t->dlq_omitted), "%.*s", (int)len, (const char *)v);
                         if (rd_kafka_header_get_last(h, "inferd-error", &v, &len) == 0)
                                 snprintf(t->dlq_code, sizeof(t->dlq_code), "%.*s", (int)len, (const char *)v);
+                        if (rd_kafka_header_get_last(h, "inferd-error-detail", &v, &len) == 0)
+                                snprintf(t->dlq_detail, sizeof(t->dlq_detail), "%.*s", (int)len, (const char *)v);
                         if (rd_kafka_header_get_last(h, "big", &v, &len) == 0)
                                 t->dlq_big_header_bytes = len;
                         t->dlq_has_correlation = rd_kafka_header_get_last(h, "correlation-id", &v, &len) == 0;
                 }
         }
-        else
+        else {
+                rd_kafka_headers_t *h = NULL;
+
                 t->delivered_predictions++;
+                if (k->offset >= 0 && k->offset < TP_ORDER_MAX && !t->pred_headers[k->offset] &&
+                    rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                        t->pred_headers[k->offset] = rd_kafka_headers_copy(h);
+        }
+        if (!m->err)
+                pipeline_output_delivered(t->pipeline, m);
         if (!m->err && !k->dlq)
                 pipeline_delivered(t->pipeline, k, pipeline_now_us());
         if (!m->err && k->part_id > 0 &&
@@ -215,6 +229,44 @@ out:
         return r;
 }
 
+int tp_feed_headers(const char *bootstraps, int n, rd_kafka_headers_t *const *headers) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
+        char why[256], key[16];
+        rd_kafka_t *rk = NULL;
+        int r = -1;
+
+        if (!img || rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "message.max.bytes", "4000000", why, sizeof(why)) != RD_KAFKA_CONF_OK)
+                goto out;
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+        if (!rk)
+                goto out;
+        conf = NULL;    /* rk's now */
+        r = 0;
+        for (int i = 0; i < n && r == 0; i++) {
+                rd_kafka_headers_t *h = headers[i] ? rd_kafka_headers_copy(headers[i]) : rd_kafka_headers_new(0);
+
+                snprintf(key, sizeof(key), "k%d", i);
+                if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
+                                      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(img, RECORD_RGB8_BYTES),
+                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_END) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                        rd_kafka_headers_destroy(h);
+                        r = -1;
+                }
+        }
+        if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                r = -1;
+out:
+        if (rk)
+                rd_kafka_destroy(rk);
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        free(img);
+        return r;
+}
+
 /* The same, without a content-type. */
 int tp_feed_big(const char *bootstraps, size_t value_len, size_t header_len) {
         return tp_feed_big_ct(bootstraps, value_len, header_len, 0);
@@ -265,7 +317,7 @@ int tp_feed_records(const char *bootstraps, int n, const void *const *values, co
 
 /* The mock cluster, the engine stand-in, Kafka, the decode pool and the
  * pipeline, wired as daemon_start wires them. */
-int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads) {
+static int tp_setup_full(tp_t *t, int max_images_per_s, int decode_threads, const char *message_max_bytes) {
         static const kafka_callbacks_t cb = {
                 .assigned = tp_assigned,
                 .revoking = tp_revoking,
@@ -308,6 +360,14 @@ int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads) {
         snprintf(t->cfg->kafka.input_topic, sizeof(t->cfg->kafka.input_topic), "tp.in");
         snprintf(t->cfg->kafka.output_topic, sizeof(t->cfg->kafka.output_topic), "tp.out");
         snprintf(t->cfg->kafka.dlq_topic, sizeof(t->cfg->kafka.dlq_topic), "tp.dlq");
+        if (message_max_bytes) {
+                cfg_kv_t *kv = calloc(1, sizeof(*kv));
+
+                CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+                kv->name = strdup("message.max.bytes");
+                kv->value = strdup(message_max_bytes);
+                t->cfg->kafka_producer = (cfg_kv_list_t){ .items = kv, .n = 1 };    /* cfg_free's */
+        }
 
         CU_ASSERT_EQUAL_FATAL(model_describe(&t->model), 0);
         engine_options_init(&o);
@@ -341,10 +401,19 @@ int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads) {
                 .max_delay_ms = TP_MAX_DELAY_MS,
                 .max_images_per_s = max_images_per_s,
                 .meta = { .model_id = "none", .backend = engine_backend(t->engine), .precision = "fp32" },
+                .trace_headers = true,  /* the daemon's default */
                 .decode = t->decode,
         };
         CU_ASSERT_EQUAL_FATAL(pipeline_new(&t->pipeline, &pc, &ops, t), 0);
         return 0;
+}
+
+int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads) {
+        return tp_setup_full(t, max_images_per_s, decode_threads, NULL);
+}
+
+int tp_setup_producer_max(tp_t *t, const char *message_max_bytes) {
+        return tp_setup_full(t, 0, 0, message_max_bytes);
 }
 
 int tp_setup_capped(tp_t *t, int max_images_per_s) {
@@ -371,6 +440,9 @@ void tp_teardown(tp_t *t) {
         cfg_free(t->cfg);
         rd_kafka_mock_cluster_destroy(t->cluster);
         rd_kafka_destroy(t->mock_rk);
+        for (int i = 0; i < TP_ORDER_MAX; i++)
+                if (t->pred_headers[i])
+                        rd_kafka_headers_destroy(t->pred_headers[i]);
 }
 
 /* One turn of the loop daemon.c runs. */

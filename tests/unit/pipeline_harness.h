@@ -58,6 +58,11 @@ typedef struct tp {
         int64_t prediction_offsets[TP_ORDER_MAX]; /* the source offsets of the predictions, as delivered */
         int64_t next_offset_at[TP_ORDER_MAX];   /* next_offset when each of them was delivered */
         int n_predictions_in_order;
+        rd_kafka_headers_t *pred_headers[TP_ORDER_MAX]; /* copies of the predictions' headers, by source
+                                                         * offset (owned; NULL: none delivered) */
+        char dlq_detail[512];           /* the last delivered DLQ copy's inferd-error-detail */
+        int dlq_codes_seen[TP_ORDER_MAX]; /* DLQ copies delivered by source offset */
+        size_t dlq_value_len[TP_ORDER_MAX]; /* ... the last one's value bytes */
 } tp_t;
 
 /* Produces n records to "tp.in", RGB8 but for the one at bad (-1: none),
@@ -77,10 +82,17 @@ int tp_feed(const char *bootstraps);
 int tp_feed_records(const char *bootstraps, int n, const void *const *values, const size_t *lens,
                     const char *const *types);
 
+/* n RGB8 records to "tp.in", partition 0, under keys "k<i>", the i-th
+ * with a copy of headers[i] (NULL: none); the producer may send up to
+ * 4 MB. 0 or -1. */
+int tp_feed_headers(const char *bootstraps, int n, rd_kafka_headers_t *const *headers);
+
 /* Wires it all as daemon_start does, with a throughput cap (0 = none) and
  * decode_threads decode threads (0: no decode pool). 0, or -1 with a CUnit
  * failure. */
 int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads);
+/* tp_setup with the producer's message.max.bytes set (NULL: librdkafka's). */
+int tp_setup_producer_max(tp_t *t, const char *message_max_bytes);
 int tp_setup_capped(tp_t *t, int max_images_per_s);
 int tp_setup(tp_t *t);
 void tp_teardown(tp_t *t);

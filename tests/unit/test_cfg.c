@@ -178,6 +178,9 @@ static void test_cfg_int_bounds(void) {
                 { "memory", "max_batch", 1, 4096, offsetof(cfg_t, memory.max_batch) },
                 { "batching", "max_delay_ms", 0, 10000, offsetof(cfg_t, batching.max_delay_ms) },
                 { "drain", "timeout_s", 1, 3600, offsetof(cfg_t, drain.timeout_s) },
+                { "metrics", "header_timeout_s", 0, 3600, offsetof(cfg_t, metrics.header_timeout_s) },
+                { "metrics", "connections_per_ip_per_s", 0, 100000, offsetof(cfg_t, metrics.connections_per_ip_per_s) },
+                { "metrics", "tls_handshakes_per_s", 0, 100000, offsetof(cfg_t, metrics.tls_handshakes_per_s) },
                 { "decode", "threads", 0, 256, offsetof(cfg_t, decode.threads) },
                 { "decode", "max_pixels", 1, 2147483647, offsetof(cfg_t, decode.max_pixels) },
         };
@@ -692,6 +695,8 @@ static const char *const design_keys[][2] = {
         { "metrics", "listen" }, { "metrics", "tls_cert" }, { "metrics", "tls_key" },
         { "metrics", "basic_auth_users" }, { "metrics", "auth_healthz" },
         { "metrics", "max_connections" }, { "metrics", "max_connections_per_ip" }, { "metrics", "timeout_s" },
+        { "metrics", "probes_listen" }, { "metrics", "header_timeout_s" }, { "metrics", "connections_per_ip_per_s" },
+        { "metrics", "tls_handshakes_per_ip_per_s" }, { "metrics", "tls_handshakes_per_s" },
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
         { "decode", "exif_orientation" },
         { "decode", "max_scan_megapixels" },

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/labels.h"
 #include "core/record.h"
 #include "pipeline/pipeline_priv.h"
 #include "pipeline_harness.h"
@@ -328,6 +330,42 @@ static uint64_t tp_until_holding(tp_t *t) {
         return st.records_held ? turn_us : 0;
 }
 
+/* A rewind while two slots are in flight (issue 36): the partition is
+ * tracked afresh (batch_offsets_assign, as after an aborted transaction or a
+ * revoke), so the 2 x TP_MAX_BATCH records taken before it have no output
+ * (their next reader takes them again: a second output would be a duplicate
+ * under exactly-once), are counted as given up, and leave no record pending
+ * that would keep a commit point waiting; the records taken after it are
+ * predicted. Before, the slots' predictions were produced anyway. */
+static void test_pipeline_rewound_outputs_given_up(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_FATAL(tp_until_holding(&t) > 0);
+        CU_ASSERT_FATAL(batch_offsets_assign(t.offsets, "tp.in", 0) > 0);
+        t.engine_stalled = false;
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        do {
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+        } while (t.delivered_predictions < TP_CAP_RECORDS - 2 * TP_MAX_BATCH && !t.fails && !t.delivery_errors &&
+                 pipeline_now_us() < end);
+        /* A moment more: nothing else may come. */
+        end = pipeline_now_us() + 300 * 1000ULL;
+        while (pipeline_now_us() < end)
+                tp_turn(&t);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(st.outputs_given_up, 2 * TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_CAP_RECORDS - 2 * TP_MAX_BATCH);
+        CU_ASSERT_EQUAL(st.records_in, TP_CAP_RECORDS);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
 /* The pipeline full: for PIPELINE_HOLD_MAX_US nothing more is taken from
  * the consumer and fetching is not paused (the records wait in librdkafka's
  * queue); when the hold's deadline comes with the pipeline still full,
@@ -630,6 +668,266 @@ static void test_pipeline_dlq_broker_refuses_size(void) {
         tp_teardown(&t);
 }
 
+/* The value of header name in h as a NUL-terminated copy in buf ("" when
+ * absent; *present says which). */
+static const char *tp_header(const rd_kafka_headers_t *h, const char *name, char *buf, size_t size, bool *present) {
+        const void *v;
+        size_t len;
+
+        *present = h && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+        snprintf(buf, size, "%.*s", *present ? (int)len : 0, *present ? (const char *)v : "");
+        return buf;
+}
+
+/* Runs the pipeline until n outputs (or a failure) are delivered. */
+static void tp_run_to(tp_t *t, int n) {
+        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
+
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
+        while (t->delivered_predictions + t->delivered_dlq < n && !t->fails && !t->delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(t);
+}
+
+#define TP_PARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+/* Issue 41, item 4: a good record with a 1.2 MB tracestate stopped the
+ * daemon (its prediction over message.max.bytes), and its partition with
+ * it. Four good records: the 1.2 MB tracestate, an invalid traceparent,
+ * a 64-member tracestate and a 5,000-byte correlation-id. Each is
+ * predicted, with its copied headers bounded and the cuts named and
+ * counted; none goes to the DLQ; every offset is committable. */
+static void test_pipeline_copied_headers_bounded(void) {
+        rd_kafka_headers_t *in[5];
+        char *big = malloc(1200001), state64[1024], buf[2048];
+        size_t n = 0;
+        pipeline_stats_t st;
+        bool present;
+        tp_t t;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+        if (tp_setup(&t) < 0) {
+                free(big);
+                return;
+        }
+        memset(big, 'x', 1200000);
+        memcpy(big, "vendor=", 7);
+        big[1200000] = '\0';
+        for (int i = 0; i < 64; i++)
+                n += (size_t)snprintf(state64 + n, sizeof(state64) - n, "%sm%d=v%d", i ? "," : "", i, i);
+        for (int i = 0; i < 5; i++)
+                in[i] = rd_kafka_headers_new(4);
+        rd_kafka_header_add(in[0], "traceparent", -1, TP_PARENT, -1);
+        rd_kafka_header_add(in[0], "tracestate", -1, big, -1);
+        rd_kafka_header_add(in[0], "correlation-id", -1, "c-0", -1);
+        rd_kafka_header_add(in[1], "traceparent", -1, "zz-not-a-trace$$$", -1);
+        rd_kafka_header_add(in[1], "tracestate", -1, "a=1", -1);
+        rd_kafka_header_add(in[2], "traceparent", -1, TP_PARENT, -1);
+        rd_kafka_header_add(in[2], "tracestate", -1, state64, -1);
+        memset(big, 'c', 5000);
+        rd_kafka_header_add(in[3], "correlation-id", -1, big, 5000);
+        rd_kafka_header_add(in[4], "traceparent", -1, TP_PARENT, -1);
+        rd_kafka_header_add(in[4], "tracestate", -1, "congo=t61rcWkgMzE", -1);
+        rd_kafka_header_add(in[4], "correlation-id", -1, "c-4", -1);
+        CU_ASSERT_EQUAL_FATAL(tp_feed_headers(t.cfg->kafka.brokers, 5, in), 0);
+        tp_run_to(&t, 5);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 5);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 0);
+        CU_ASSERT_EQUAL(t.next_offset, 5);
+        for (int i = 0; i < 5; i++)
+                CU_ASSERT_PTR_NOT_NULL_FATAL(t.pred_headers[i]);
+
+        /* 0: the traceparent kept, the 1.2 MB tracestate (one member over
+         * 256 characters: malformed) left out and named. */
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[0], "traceparent", buf, sizeof(buf), &present), TP_PARENT);
+        tp_header(t.pred_headers[0], "tracestate", buf, sizeof(buf), &present);
+        CU_ASSERT_FALSE(present);
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[0], "inferd-header-cut", buf, sizeof(buf), &present),
+                               "tracestate=1200000");
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[0], "correlation-id", buf, sizeof(buf), &present), "c-0");
+        /* 1: neither the invalid traceparent nor the tracestate after it. */
+        tp_header(t.pred_headers[1], "traceparent", buf, sizeof(buf), &present);
+        CU_ASSERT_FALSE(present);
+        tp_header(t.pred_headers[1], "tracestate", buf, sizeof(buf), &present);
+        CU_ASSERT_FALSE(present);
+        /* 2: the first 32 members. */
+        tp_header(t.pred_headers[2], "tracestate", buf, sizeof(buf), &present);
+        CU_ASSERT_TRUE(present);
+        CU_ASSERT_PTR_NOT_NULL(strstr(buf, "m0=v0,m1=v1,"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(buf, ",m31=v31"));
+        CU_ASSERT_PTR_NULL(strstr(buf, "m32="));
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[2], "inferd-header-cut", buf, sizeof(buf), &present),
+                               "tracestate=491");
+        /* 3: the correlation-id cut to 1,024 bytes. */
+        tp_header(t.pred_headers[3], "correlation-id", buf, sizeof(buf), &present);
+        CU_ASSERT_EQUAL(strlen(buf), 1024);
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[3], "inferd-header-cut", buf, sizeof(buf), &present),
+                               "correlation-id=5000");
+        /* 4: all as they were, nothing named as cut. */
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[4], "tracestate", buf, sizeof(buf), &present),
+                               "congo=t61rcWkgMzE");
+        CU_ASSERT_STRING_EQUAL(tp_header(t.pred_headers[4], "traceparent", buf, sizeof(buf), &present), TP_PARENT);
+        tp_header(t.pred_headers[4], "inferd-header-cut", buf, sizeof(buf), &present);
+        CU_ASSERT_FALSE(present);
+
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL_FATAL(st.n_headers_cut, 3);
+        for (size_t i = 0; i < st.n_headers_cut; i++) {
+                if (!strcmp(st.headers_cut[i].label, "correlation-id"))
+                        CU_ASSERT_EQUAL(st.headers_cut[i].n, 1);
+                if (!strcmp(st.headers_cut[i].label, "traceparent"))
+                        CU_ASSERT_EQUAL(st.headers_cut[i].n, 1);
+                if (!strcmp(st.headers_cut[i].label, "tracestate"))
+                        CU_ASSERT_EQUAL(st.headers_cut[i].n, 3);        /* 0, 1 (after an invalid parent), 2 */
+        }
+        for (int i = 0; i < 5; i++)
+                rd_kafka_headers_destroy(in[i]);
+        free(big);
+        tp_teardown(&t);
+}
+
+/* A prediction over the producer's message.max.bytes (1,000 here, and
+ * labels of 400 characters) goes to the DLQ as output-too-large, with a
+ * sentence that counts its headers, and never stops the pipeline: both
+ * records are finished and their offsets committable. */
+static void test_pipeline_prediction_too_large_to_dlq(void) {
+        char path[] = "/tmp/tp-labels-XXXXXX", label[401];
+        labels_t *labels = NULL;
+        errbuf_t err = {};
+        pipeline_stats_t st;
+        FILE *f;
+        int fd;
+        tp_t t;
+
+        fd = mkstemp(path);
+        CU_ASSERT_FATAL(fd >= 0);
+        f = fdopen(fd, "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        memset(label, 'l', 400);
+        label[400] = '\0';
+        for (int i = 0; i < 1000; i++)
+                fprintf(f, "%s\n", label);
+        fclose(f);
+        CU_ASSERT_EQUAL_FATAL(labels_load(&labels, path, 1000, &err), 0);
+        unlink(path);
+        if (tp_setup_producer_max(&t, "1000") < 0) {
+                labels_free(labels);
+                return;
+        }
+        pipeline_set_labels(t.pipeline, labels);
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, 2, -1), 0);
+        tp_run_to(&t, 2);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 2);
+        CU_ASSERT_STRING_EQUAL(t.dlq_code, RECORD_ERR_OUTPUT_TOO_LARGE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "its prediction could not be produced to 'tp.out': a record of "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, ", headers "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "message.max.bytes (1000)"));
+        /* The copy itself is over 1,000 bytes with the value: without it. */
+        CU_ASSERT_STRING_EQUAL(t.dlq_omitted, "150528");
+        CU_ASSERT_EQUAL(t.next_offset, 2);
+        pipeline_get_stats(t.pipeline, &st);
+        for (size_t i = 0; i < st.n_dlq_codes; i++)
+                if (!strcmp(st.dlq_codes[i].label, RECORD_ERR_OUTPUT_TOO_LARGE))
+                        CU_ASSERT_EQUAL(st.dlq_codes[i].n, 2);
+        tp_teardown(&t);
+        labels_free(labels);
+}
+
+/* The broker refuses a prediction as too large (the output topic's
+ * max.message.bytes): at least once, its record goes to the DLQ as
+ * output-too-large, without the value that the pipeline no longer holds,
+ * saying so; the daemon goes on and the next record is predicted. */
+static void test_pipeline_prediction_refused_by_broker(void) {
+        uint64_t end;
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        t.redeliver = true;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, 1, -1), 0);
+        rd_kafka_mock_push_request_errors(t.cluster, 0 /* Produce */, 1, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+        tp_run_to(&t, 1);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_STRING_EQUAL(t.dlq_code, RECORD_ERR_OUTPUT_TOO_LARGE);
+        CU_ASSERT_EQUAL(t.dlq_value_len[0], 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "the broker refused its prediction, a record of "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(t.dlq_detail, "as too large for 'tp.out'"));
+        CU_ASSERT_EQUAL(t.next_offset, 1);
+        /* The next record of the partition. */
+        CU_ASSERT_EQUAL_FATAL(tp_feed_n(t.cfg->kafka.brokers, 1, -1), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions < 1 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 1);
+        CU_ASSERT_EQUAL(t.next_offset, 2);
+        tp_teardown(&t);
+}
+
+/* Issue 41, item 5: the broker refuses a whole batch of DLQ copies as too
+ * large (a 200 KB one with 1 KB to 5 KB ones beside it). Only a copy
+ * refused alone may lower the size from which values are left out: the
+ * others are retried one by one and keep their values, and so do the
+ * copies of 1 KB to 5 KB that come later. Here the mock refuses the batch
+ * and then the first copy retried alone (the 200 KB one). Before the fix,
+ * every copy of the batch lowered the size to its own, and every later
+ * copy of 1,024 bytes or more went without its value. */
+static void test_pipeline_dlq_batch_refused_small_copies_kept(void) {
+        static char garbage[200000];
+        const void *values[4] = { garbage, garbage, garbage, garbage };
+        const size_t first[4] = { 200000, 1024, 3000, 5000 }, later[4] = { 1024, 2048, 4096, 5000 };
+        const char *types[4] = { "image/jpeg", NULL, NULL, NULL }, *none[4] = { NULL, NULL, NULL, NULL };
+        uint64_t end;
+        tp_t t;
+
+        memset(garbage, 'g', sizeof(garbage));
+        if (tp_setup(&t) < 0)
+                return;
+        t.redeliver = true;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 4, values, first, types), 0);
+        /* The feeder's produce went; the next two Produce requests are the
+         * DLQ's: the batch of four, then the first copy retried alone. */
+        rd_kafka_mock_push_request_errors(t.cluster, 0 /* Produce */, 2, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+                                          RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+        tp_run_to(&t, 4);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivery_errors, 0);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 4);
+        CU_ASSERT_EQUAL(t.dlq_value_len[0], 0);         /* refused alone: cut */
+        CU_ASSERT_EQUAL(t.dlq_value_len[1], 1024);
+        CU_ASSERT_EQUAL(t.dlq_value_len[2], 3000);
+        CU_ASSERT_EQUAL(t.dlq_value_len[3], 5000);
+        CU_ASSERT_EQUAL(t.pipeline->dlq_cut_bytes, 200000);
+        CU_ASSERT_EQUAL(t.next_offset, 4);
+        /* Later copies of 1 KB to 5 KB keep their values. */
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 4, values, later, none), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_dlq < 8 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 8);
+        for (int i = 0; i < 4; i++)
+                CU_ASSERT_EQUAL(t.dlq_value_len[4 + i], later[i]);
+        CU_ASSERT_EQUAL(t.next_offset, 8);
+        /* The size is lifted once it is old (an hour; here at once): a
+         * 200 KB copy is tried whole again, and goes. */
+        t.pipeline->dlq_cut_ttl_us = 0;
+        CU_ASSERT_EQUAL_FATAL(tp_feed_records(t.cfg->kafka.brokers, 1, values, first, none), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_dlq < 9 && !t.fails && !t.delivery_errors && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL(t.dlq_value_len[8], 200000);
+        CU_ASSERT_EQUAL(t.pipeline->dlq_cut_bytes, SIZE_MAX);
+        CU_ASSERT_EQUAL(t.next_offset, 9);
+        tp_teardown(&t);
+}
+
 /* An RGB8 record of the right size with two content-type headers (both
  * image/x-rgb8) is refused as bad-content-type: which one holds is not
  * guessed (issue 26, item 7: the last won silently). */
@@ -762,6 +1060,7 @@ int test_pipeline_register(void) {
                 { "cap_holds_batches", test_pipeline_cap_holds_batches },
                 { "cap_long_wait_pauses_then_lifted", test_pipeline_cap_long_wait_pauses_then_lifted },
                 { "full_holds_then_pauses", test_pipeline_full_holds_then_pauses },
+                { "rewound_outputs_given_up", test_pipeline_rewound_outputs_given_up },
                 { "full_takes_again_when_a_slot_frees", test_pipeline_full_takes_again_when_a_slot_frees },
                 { "drain_while_holding", test_pipeline_drain_while_holding },
                 { "expired_to_dlq", test_pipeline_expired_to_dlq },
@@ -770,6 +1069,10 @@ int test_pipeline_register(void) {
                 { "dlq_big_header", test_pipeline_dlq_big_header },
                 { "dlq_broker_refuses_size", test_pipeline_dlq_broker_refuses_size },
                 { "two_content_types_refused", test_pipeline_two_content_types_refused },
+                { "copied_headers_bounded", test_pipeline_copied_headers_bounded },
+                { "prediction_too_large_to_dlq", test_pipeline_prediction_too_large_to_dlq },
+                { "dlq_batch_refused_small_copies_kept", test_pipeline_dlq_batch_refused_small_copies_kept },
+                { "prediction_refused_by_broker", test_pipeline_prediction_refused_by_broker },
                 { "source_lets_the_message_go", test_pipeline_source_lets_the_message_go },
                 CU_TEST_INFO_NULL,
         };

@@ -9,7 +9,9 @@
 //               inferd.io/input-partitions annotation, the same on both
 //   decode      [decode] threads < the cpu limit
 //   probes      startup, readiness and liveness probes on the port the
-//               ConfigMap's [metrics] listen names
+//               ConfigMap's [metrics] probes_listen names (else listen's)
+//   networkpolicy  a NetworkPolicy selects its pods and admits ingress only
+//               on those two ports, each rule from named peers
 //   user        runAsNonRoot, runAsUser = the image's UID (10001),
 //               readOnlyRootFilesystem, no privilege escalation
 //   config      the ConfigMap mounted at /etc/inferd, the Secret read-only
@@ -116,11 +118,19 @@ for (const dep of of('Deployment')) {
         const s = [];
         if (mport !== lport) s.push(`the metrics port ${mport} is not [metrics] listen's ${lport}`);
         if (!listen.startsWith('0.0.0.0:') && !listen.startsWith('[::]:')) s.push(`[metrics] listen ${listen} is not every address: the kubelet could not probe it`);
+        // With [metrics] probes_listen, the probes go to its port (named
+        // "probes"), whose connection slots no scraper or attacker shares.
+        const plisten = ini(text, 'metrics', 'probes_listen') ?? '';
+        const pport = plisten ? Number(plisten.split(':').pop()) : null;
+        const cpport = ctr.ports?.find(x => x.name === 'probes')?.containerPort;
+        if (plisten && cpport !== pport) s.push(`the probes port ${cpport} is not [metrics] probes_listen's ${pport}`);
+        if (plisten && !plisten.startsWith('0.0.0.0:') && !plisten.startsWith('[::]:')) s.push(`[metrics] probes_listen ${plisten} is not every address: the kubelet could not probe it`);
         for (const pr of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
                 const o = ctr[pr];
                 const port = o?.httpGet?.port ?? o?.tcpSocket?.port;
                 if (!o) s.push(`no ${pr}`);
-                else if (port !== 'metrics' && port !== lport) s.push(`${pr} not on the metrics port`);
+                else if (plisten && port !== 'probes' && port !== pport) s.push(`${pr} not on the probes port ([metrics] probes_listen)`);
+                else if (!plisten && port !== 'metrics' && port !== lport) s.push(`${pr} not on the metrics port`);
         }
         if (ctr.startupProbe?.httpGet?.path !== '/healthz' && ctr.startupProbe?.httpGet?.path !== '/readyz') s.push('the startupProbe does not wait for /healthz or /readyz');
         if (ctr.readinessProbe?.httpGet?.path !== '/readyz') s.push('the readinessProbe is not /readyz (partitions assigned, engine warm, Kafka answering)');
@@ -148,6 +158,22 @@ for (const dep of of('Deployment')) {
         // pdb
         const pdb = of('PodDisruptionBudget').find(b => b.spec.selector?.matchLabels?.['inferd.io/colour'] === c);
         check(`${c}/pdb`, pdb ? [] : ['no PodDisruptionBudget selects it']);
+        // networkpolicy: ingress to the pod only on the metrics and probes
+        // ports, each from a peer named (Prometheus, the kubelet's nodes)
+        const n = [];
+        const podLabels = dep.spec.template.metadata.labels ?? {};
+        const np = of('NetworkPolicy').find(x => Object.entries(x.spec.podSelector?.matchLabels ?? {}).every(([k, val]) => podLabels[k] === val));
+        if (!np) n.push('no NetworkPolicy selects its pods: anyone on the pod network reaches the endpoint');
+        else {
+                if (!(np.spec.policyTypes ?? []).includes('Ingress')) n.push('the NetworkPolicy does not restrict Ingress');
+                const allowed = new Set([lport, pport].filter(x => x));
+                for (const rule of np.spec.ingress ?? []) {
+                        if (!rule.from?.length) n.push('an ingress rule admits every source');
+                        if (!rule.ports?.length) n.push('an ingress rule admits every port');
+                        for (const p of rule.ports ?? []) if (!allowed.has(p.port)) n.push(`an ingress rule admits port ${p.port}, not the metrics or probes port`);
+                }
+        }
+        check(`${c}/networkpolicy`, n);
 }
 const lr = of('LimitRange')[0]?.spec?.limits?.find(l => l.type === 'Container');
 check('limitrange', lr?.default?.memory && lr?.max?.memory ? [] : ['no LimitRange with a default and a max container memory']);

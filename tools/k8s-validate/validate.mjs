@@ -37,7 +37,7 @@ function moduleOf(apiVersion) {
         const [group, version] = apiVersion.split('/');
         if (group === 'monitoring.coreos.com') return `@kubernetes-models/prometheus-operator/${group}/${version}`;
         if (group === 'keda.sh') return `@kubernetes-models/keda/${group}/${version}`;
-        if (['apps', 'policy', 'autoscaling'].includes(group)) return `kubernetes-models/${group}/${version}`;
+        if (['apps', 'policy', 'autoscaling', 'networking.k8s.io'].includes(group)) return `kubernetes-models/${group}/${version}`;
         return null;
 }
 
