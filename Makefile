@@ -157,8 +157,10 @@ PROGRAMS := $(BUILD)/inferd-run $(BUILD)/inferd $(TOOLS)
 # Installed beside the programs as they are (tools/inferd-cutover: POSIX shell).
 SCRIPTS  := tools/inferd-cutover
 # What make install puts in $(PREFIX)/bin: every program but decode-bench, a
-# benchmark of this build tree that tools/bench-decode runs from $(BUILD).
-INSTALL_PROGRAMS := $(filter-out $(BUILD)/decode-bench,$(PROGRAMS))
+# benchmark of this build tree that tools/bench-decode runs from $(BUILD),
+# and inferd-produce-record, the Kafka suite's producer of one record with
+# headers too large for a command line.
+INSTALL_PROGRAMS := $(filter-out $(BUILD)/decode-bench $(BUILD)/inferd-produce-record,$(PROGRAMS))
 
 # The man pages, one for each installed program and inferd.ini(5). man/*.scd
 # are scdoc's markup, built with scdoc (Debian's package), dated by the
