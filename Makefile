@@ -269,7 +269,7 @@ deps:
 # `make deb`) leaves that to whoever installs the tree (the package's postinst).
 # The Prometheus alert rules are the package's data, not a conffile: they go
 # under $(PREFIX)/share (replaced on upgrade); an operator who changes a
-# threshold loads a copy from /etc/prometheus/ instead (see the README).
+# threshold loads a copy from /etc/prometheus/ instead (see docs/operations.md, "Alerts").
 SYSCONFDIR  ?= /etc
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSTEMD_LIB := $(if $(filter /usr,$(PREFIX)),/usr/lib,$(SYSCONFDIR))

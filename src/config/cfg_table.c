@@ -338,7 +338,7 @@ const cfg_key_t cfg_keys[] = {
         {
                 .section = "decode", .name = "fast", .type = CFG_T_BOOL, .def = "no",
                 .reload = CFG_RELOAD_RESTART, F(decode.fast),
-                .description = "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in README.md); smaller JPEGs and PNGs are unaffected.",
+                .description = "Faster, less exact decoding of large JPEGs: a JPEG whose shorter side is 1024 or more is reduced in the DCT domain (to a shorter side of 512 or more) before the resize. The crop covers the same region, but the records are no longer identical to torchvision's (measured cost in docs/records.md); smaller JPEGs and PNGs are unaffected.",
         },
         {
                 .section = "decode", .name = "exif_orientation", .type = CFG_T_BOOL, .def = "no",

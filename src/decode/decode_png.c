@@ -32,7 +32,7 @@
  * refused as decode-failed ("reached chunk/cache limits"), although PIL
  * reads it. libspng 0.7.3 cannot raise that: spng_set_option's
  * SPNG_CHUNK_COUNT_LIMIT refuses any value above the chunks already read
- * (0 before the first), so the limit is documented (README, [decode])
+ * (0 before the first), so the limit is documented (docs/records.md, "Decoding")
  * and held by a test, not changed. */
 
 /* A libspng context reading the record, its header read into *ihdr. */

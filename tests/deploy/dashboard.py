@@ -6,7 +6,7 @@
                               expand to), for `promtool check rules`
   dashboard.py metrics FILE   the metric names the queries use, one a line
                               (a histogram's _bucket/_sum/_count as its name)
-  dashboard.py check FILE     the panels the README lists, each with a
+  dashboard.py check FILE     the panels docs/kubernetes.md lists, each with a
                               description; the datasource and instance
                               variables, used by every query
 """

@@ -321,7 +321,7 @@ static uint8_t *test_png_with_text(const uint8_t *p, size_t len, int n, size_t *
 
 /* libspng keeps at most 1000 ancillary chunks per image, and 0.7.3 cannot
  * raise that (decode_png.c): a valid PNG with 20,000 tEXt chunks, which PIL
- * reads, is refused as decode-failed with libspng's sentence, as the README
+ * reads, is refused as decode-failed with libspng's sentence, as docs/records.md
  * says; one with 900 decodes like the same image without them. */
 static void test_decode_many_text_chunks(void) {
         decode_t *d = test_decoder(DECODE_DEFAULT_MAX_PIXELS, DECODE_DEFAULT_MAX_BYTES);

@@ -1,6 +1,6 @@
 // tools/k8s-validate/guardrails.mjs DIR: the post-mortem's guardrails in
 // deploy/kubernetes, checked by value (tests/deploy). The schemas say a
-// manifest is well formed; this says it still holds what the README promises:
+// manifest is well formed; this says it still holds what docs/kubernetes.md promises:
 //   limits      each Deployment's container has requests = limits for cpu,
 //               memory and nvidia.com/gpu (1), and its memory limit is its
 //               ConfigMap's [memory] host_budget + 1GiB
