@@ -1,5 +1,6 @@
 /* metrics: inferd's numbers in the Prometheus text exposition format
- * (version 0.0.4), and the histograms the pipeline and the daemon keep.
+ * (version 0.0.4). The counters and histograms themselves are
+ * core/counters.h's.
  *
  * The counters are kept where their events happen (pipeline.c, kafka.c,
  * daemon_rebalance.c). At a scrape, the daemon gathers them into a metrics_snapshot_t
@@ -18,54 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/counters.h"
 #include "core/plan.h"
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-/* --- histograms ----------------------------------------------------------- */
-
-#define METRICS_HIST_BUCKETS_MAX 20
-
-typedef struct metrics_hist {
-        const double *bounds;                           /* upper bounds, ascending; +Inf follows */
-        int n_bounds;
-        uint64_t counts[METRICS_HIST_BUCKETS_MAX + 1];  /* per bucket, not cumulative; [n_bounds] is +Inf */
-        uint64_t count;
-        double sum;
-} metrics_hist_t;
-
-typedef enum metrics_hist_kind {
-        METRICS_HIST_BATCH_SIZE,        /* records: 1, 2, 4 ... 1024 */
-        METRICS_HIST_BATCH_SECONDS,     /* engine submit to results: 1 ms .. 30 s */
-        METRICS_HIST_LATENCY_SECONDS,   /* Kafka timestamp to delivery report: 5 ms .. 10 min */
-        METRICS_HIST_STAGE_SECONDS,     /* one stage of a record: 50 us .. 10 min */
-        METRICS_HIST_LOOP_LAG_SECONDS,  /* the event loop's probe, how late: 100 us .. 30 s */
-} metrics_hist_kind_t;
-
-void metrics_hist_init(metrics_hist_t *h, metrics_hist_kind_t kind);
-void metrics_hist_observe(metrics_hist_t *h, double v);
-
 /* --- the snapshot ------------------------------------------------------------ */
-
-/* One labelled counter (a DLQ code, a Kafka error kind, ...). label is
- * borrowed for the scrape. */
-typedef struct metrics_count {
-        const char *label;
-        uint64_t n;
-} metrics_count_t;
-
-/* Adds one to the counter of label among counts[0..*n), or, for a label not
- * there yet, appends it with n = 1 and a copy of label (malloc'd: the
- * caller frees the labels it did not put there itself) while *n < max.
- * Returns its index, -ENOSPC when the table is full, or -ENOMEM. */
-int metrics_count_add(metrics_count_t *counts, size_t *n, size_t max, const char *label);
-
-typedef struct metrics_lag {
-        const char *topic;              /* borrowed */
-        int32_t partition;
-        int64_t records;                /* high watermark (last stable offset under read_committed) minus position */
-        double seconds;                 /* now minus the last taken record's timestamp while records wait; else 0 */
-} metrics_lag_t;
 
 typedef struct metrics_process {
         uint64_t resident_bytes;

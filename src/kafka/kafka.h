@@ -22,7 +22,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "config/cfg.h"
-#include "http/metrics.h"
+#include "core/counters.h"
 #include "core/errbuf.h"
 #include "core/plan.h"
 

@@ -51,7 +51,7 @@
 
 #include "pipeline/batch.h"
 #include "kafka/kafka.h"
-#include "http/metrics.h"
+#include "core/counters.h"
 #include "pipeline/rectime.h"
 #include "decode/pool.h"
 #include "engine/engine.h"
