@@ -190,11 +190,12 @@ const char *kafka_get_auth_error(const kafka_t *k);
  * offsets reach the group only through a transaction's commit. The calls
  * that wait on the brokers run on a transaction thread of the module's own
  * (kafka_txn_submit, then kafka_txn_collect once kafka_txn_fd is readable),
- * so that the owner's loop never waits on a coordinator; kafka_txn_commit,
- * kafka_txn_abort and kafka_rewind are their blocking forms. Failures are
- * sorted into librdkafka's classes:
+ * so that the owner's loop never waits on a coordinator; kafka_txn_wait is
+ * the blocking form of the collect. Failures are sorted into librdkafka's
+ * classes:
  *   -EAGAIN     retriable, and still failing after a few retries;
- *   -ECANCELED  abortable: call kafka_txn_abort, kafka_rewind, redo;
+ *   -ECANCELED  abortable: the job aborted the transaction; with its rewind,
+ *               kafka_seek_to the offsets it read, and redo;
  *   -EPERM      fatal or fenced: the producer cannot go on (exit);
  *   -EIO        anything else. */
 /* How long one transactional call (init, commit, abort, sending the
@@ -252,20 +253,8 @@ int kafka_txn_collect(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err);
  * called about every 100 ms meanwhile). */
 int kafka_txn_wait(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err);
 
-/* Blocking: adds offsets (the next offset to read, per input partition) with
- * the consumer's group metadata to the open transaction and commits it.
- * Nothing open and no offsets is a no-op. An abortable failure (-ECANCELED)
- * has been aborted when it returns. */
-int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err);
-int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err);
-
 /* Seeks each partition of parts to its offset (kafka_txn_result_t's
  * rewind_to), dropping what was fetched beyond it. */
 int kafka_seek_to(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, errbuf_t *err);
-
-/* Blocking: seeks every assigned partition back to the group's committed
- * offset (the beginning when none). *ret is the list of the partitions
- * rewound (the caller destroys it). */
-int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err);
 
 #endif

@@ -156,31 +156,6 @@ int kafka_txn_abort_call(kafka_t *k, int timeout_ms, errbuf_t *err) {
         return e ? kafka_txn_error(e, "abort the transaction", err) : 0;
 }
 
-/* The blocking forms: the job on the transaction thread, waited for. */
-int kafka_txn_commit(kafka_t *k, const rd_kafka_topic_partition_list_t *offsets, int timeout_ms, errbuf_t *err) {
-        kafka_txn_result_t res;
-        int r;
-
-        assert(k->transactional);
-        if (!k->txn_open && (!offsets || offsets->cnt == 0))
-                return 0;
-        if ((r = kafka_txn_submit(k, KAFKA_TXN_JOB_COMMIT, offsets, timeout_ms, false, err)) < 0)
-                return r;
-        return kafka_txn_wait(k, &res, err);
-}
-
-int kafka_txn_abort(kafka_t *k, int timeout_ms, errbuf_t *err) {
-        kafka_txn_result_t res;
-        int r;
-
-        assert(k->transactional);
-        if (!k->txn_open)
-                return 0;
-        if ((r = kafka_txn_submit(k, KAFKA_TXN_JOB_ABORT, NULL, timeout_ms, false, err)) < 0)
-                return r;
-        return kafka_txn_wait(k, &res, err);
-}
-
 int kafka_committed_read(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
         rd_kafka_topic_partition_list_t *parts = NULL;
         rd_kafka_resp_err_t re;
@@ -221,19 +196,5 @@ int kafka_seek_to(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, errb
                 rd_kafka_error_destroy(e);
                 return -EIO;
         }
-        return 0;
-}
-
-int kafka_rewind(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err) {
-        rd_kafka_topic_partition_list_t *parts = NULL;
-        int r = kafka_committed_read(k, &parts, err);
-
-        if (r < 0)
-                return r;
-        if ((r = kafka_seek_to(k, parts, err)) < 0) {
-                rd_kafka_topic_partition_list_destroy(parts);
-                return r;
-        }
-        *ret = parts;
         return 0;
 }

@@ -10,8 +10,8 @@
  * retriable but not resumable, and librdkafka recommends -1 (the
  * transaction's remaining timeout) for the commit and the abort.
  *
- * Not here: when to commit (daemon_txn.c); the failures' classes and the
- * blocking forms of these calls (kafka_txn.c). */
+ * Not here: when to commit (daemon_txn.c); the calls themselves and their
+ * failures' classes (kafka_txn.c). */
 #include "kafka/kafka_priv.h"
 
 #include <assert.h>

@@ -428,6 +428,15 @@ static void txn_mock_open(txn_mock_t *t, const kafka_callbacks_t *cb, void *user
         CU_ASSERT_FATAL(kafka_txn_is_open(t->k));
 }
 
+/* The daemon's blocking end of a transaction (daemon_txn_end): the commit
+ * handed to the transaction thread and waited for. */
+static int txn_commit_wait(kafka_t *k, int timeout_ms, errbuf_t *err) {
+        kafka_txn_result_t res;
+        int r = kafka_txn_submit(k, KAFKA_TXN_JOB_COMMIT, NULL, timeout_ms, false, err);
+
+        return r < 0 ? r : kafka_txn_wait(k, &res, err);
+}
+
 static void txn_mock_close(txn_mock_t *t) {
         kafka_free(t->k);
         cfg_free(t->c);
@@ -437,7 +446,7 @@ static void txn_mock_close(txn_mock_t *t) {
 
 /* Exactly-once, a commit that keeps timing out (librdkafka's retriable
  * error: a broker answering after 5 s, each attempt waiting 200 ms): after
- * its few retries kafka_txn_commit says -EAGAIN, and the transaction stays
+ * its few retries the commit says -EAGAIN, and the transaction stays
  * open (a call once the broker answers resumes it). It used to take the
  * last retriable failure for a success, so the caller went on as if the
  * transaction were committed. */
@@ -449,14 +458,14 @@ static void test_kafka_txn_commit_retries_fail(void) {
 
         txn_mock_open(&t, &cb, NULL);
         rd_kafka_mock_broker_set_rtt(t.mc, 1, 5000);
-        r = kafka_txn_commit(t.k, NULL, 200, &err);
+        r = txn_commit_wait(t.k, 200, &err);
         CU_ASSERT_EQUAL(r, -EAGAIN);
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Failed to commit the transaction: "));
         CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(retriable)"));
         CU_ASSERT(kafka_txn_is_open(t.k));
         /* Called again once the broker answers, the commit resumes. */
         rd_kafka_mock_broker_set_rtt(t.mc, 1, 0);
-        CU_ASSERT_EQUAL(kafka_txn_commit(t.k, NULL, 10000, &err), 0);
+        CU_ASSERT_EQUAL(txn_commit_wait(t.k, 10000, &err), 0);
         CU_ASSERT(!kafka_txn_is_open(t.k));
         txn_mock_close(&t);
 }
@@ -477,7 +486,7 @@ static void test_kafka_txn_commit_calls_waiting(void) {
         txn_mock_open(&t, &cb, NULL);
         txn_waits = 0;
         rd_kafka_mock_broker_set_rtt(t.mc, 1, 1500);
-        CU_ASSERT_EQUAL(kafka_txn_commit(t.k, NULL, 10000, &err), 0);
+        CU_ASSERT_EQUAL(txn_commit_wait(t.k, 10000, &err), 0);
         CU_ASSERT(!kafka_txn_is_open(t.k));
         /* 1.5 s at least (one round trip), in slices of 100 ms. */
         CU_ASSERT(txn_waits >= 10);
