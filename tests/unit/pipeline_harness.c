@@ -139,6 +139,24 @@ static void tp_fatal(void *userdata, const char *reason) {
         ((tp_t *)userdata)->fails++;
 }
 
+/* Produces value (len bytes) to "tp.in", partition 0, under key "k<i>",
+ * with headers h (taken; NULL: none) and Kafka timestamp ts_ms (0: now).
+ * Returns 0, or -1 (h destroyed). */
+static int tp_produce_k(rd_kafka_t *rk, int i, const void *value, size_t len, rd_kafka_headers_t *h, int64_t ts_ms) {
+        char key[16];
+
+        if (!h && !(h = rd_kafka_headers_new(0)))
+                return -1;
+        snprintf(key, sizeof(key), "k%d", i);
+        if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0), RD_KAFKA_V_KEY(key, strlen(key)),
+                              RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_HEADERS(h),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(ts_ms),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                return 0;
+        rd_kafka_headers_destroy(h);
+        return -1;
+}
+
 /* Produces n records to "tp.in", RGB8 but for the one at bad (-1: none),
  * of a bad size (the DLQ's), with a plain producer of our own; the i-th
  * record's Kafka timestamp is ages_ms[i] milliseconds old (ages_ms NULL:
@@ -146,7 +164,7 @@ static void tp_fatal(void *userdata, const char *reason) {
 int tp_feed_aged(const char *bootstraps, int n, int bad, const int64_t *ages_ms) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
-        char why[256], key[16];
+        char why[256];
         rd_kafka_t *rk;
         int r = 0;
 
@@ -165,13 +183,7 @@ int tp_feed_aged(const char *bootstraps, int n, int bad, const int64_t *ages_ms)
         for (int i = 0; i < n && r == 0; i++) {
                 size_t len = i == bad ? 3 : RECORD_RGB8_BYTES;
 
-                snprintf(key, sizeof(key), "k%d", i);
-                if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
-                                      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(img, len),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_TIMESTAMP(ages_ms ? rectime_now_ms() - ages_ms[i] : 0),
-                                      RD_KAFKA_V_END))
-                        r = -1;
+                r = tp_produce_k(rk, i, img, len, NULL, ages_ms ? rectime_now_ms() - ages_ms[i] : 0);
         }
         if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
                 r = -1;
@@ -232,7 +244,7 @@ out:
 int tp_feed_headers(const char *bootstraps, int n, rd_kafka_headers_t *const *headers) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         unsigned char *img = calloc(1, RECORD_RGB8_BYTES);
-        char why[256], key[16];
+        char why[256];
         rd_kafka_t *rk = NULL;
         int r = -1;
 
@@ -245,16 +257,7 @@ int tp_feed_headers(const char *bootstraps, int n, rd_kafka_headers_t *const *he
         conf = NULL;    /* rk's now */
         r = 0;
         for (int i = 0; i < n && r == 0; i++) {
-                rd_kafka_headers_t *h = headers[i] ? rd_kafka_headers_copy(headers[i]) : rd_kafka_headers_new(0);
-
-                snprintf(key, sizeof(key), "k%d", i);
-                if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
-                                      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(img, RECORD_RGB8_BYTES),
-                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_END) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                        rd_kafka_headers_destroy(h);
-                        r = -1;
-                }
+                r = tp_produce_k(rk, i, img, RECORD_RGB8_BYTES, headers[i] ? rd_kafka_headers_copy(headers[i]) : NULL, 0);
         }
         if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
                 r = -1;
@@ -281,7 +284,7 @@ int tp_feed(const char *bootstraps) {
 int tp_feed_records(const char *bootstraps, int n, const void *const *values, const size_t *lens,
                     const char *const *types) {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        char why[256], key[16];
+        char why[256];
         rd_kafka_t *rk;
         int r = 0;
 
@@ -298,16 +301,9 @@ int tp_feed_records(const char *bootstraps, int n, const void *const *values, co
         for (int i = 0; i < n && r == 0; i++) {
                 rd_kafka_headers_t *h = rd_kafka_headers_new(1);
 
-                if (types[i])
+                if (h && types[i])
                         rd_kafka_header_add(h, "content-type", -1, types[i], -1);
-                snprintf(key, sizeof(key), "k%d", i);
-                if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("tp.in"), RD_KAFKA_V_PARTITION(0),
-                                      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)values[i], lens[i]),
-                                      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_END) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                        rd_kafka_headers_destroy(h);
-                        r = -1;
-                }
+                r = tp_produce_k(rk, i, values[i], lens[i], h, 0);
         }
         if (rd_kafka_flush(rk, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
                 r = -1;
