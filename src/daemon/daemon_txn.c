@@ -83,16 +83,23 @@ static void daemon_txn_committed(daemon_t *d, int n, uint64_t t0) {
         daemon_txn_forget(d);
 }
 
-/* Hands the commit point's job to the transaction thread: the commit with
- * the offsets it covers, or the abort of a doomed transaction (both with
- * the rewind's read when it aborts). The loop goes on serving meanwhile
- * (probes, the watchdog, the timers); daemon_txn_done takes the result. */
+/* Hands a job to the transaction thread: the commit with the offsets the
+ * open transaction covers, or its abort; with rewind, the read of the
+ * committed offsets when it aborts. Returns kafka_txn_submit's. */
+static int daemon_txn_submit(daemon_t *d, kafka_txn_job_kind_t kind, bool rewind, errbuf_t *err) {
+        d->txn_job_us = daemon_now_us();
+        return kafka_txn_submit(d->kafka, kind, kind == KAFKA_TXN_JOB_COMMIT ? d->txn_offsets : NULL,
+                                DAEMON_TXN_CALL_TIMEOUT_MS, rewind, err);
+}
+
+/* Hands the commit point's job to the transaction thread (the commit, or
+ * the abort of a doomed transaction, rewinding if it aborts). The loop goes
+ * on serving meanwhile (probes, the watchdog, the timers); daemon_txn_done
+ * takes the result. */
 static void daemon_txn_start(daemon_t *d, kafka_txn_job_kind_t kind) {
         errbuf_t err = {};
 
-        d->txn_job_us = daemon_now_us();
-        if (kafka_txn_submit(d->kafka, kind, kind == KAFKA_TXN_JOB_COMMIT ? d->txn_offsets : NULL,
-                             DAEMON_TXN_CALL_TIMEOUT_MS, true, &err) < 0) {
+        if (daemon_txn_submit(d, kind, true, &err) < 0) {
                 log_error("%s; stopping", err.msg);
                 daemon_fail(d, 1);
         }
@@ -141,17 +148,13 @@ int daemon_txn_end(daemon_t *d, bool aborting, bool rewind) {
         errbuf_t err = {};
         int r;
 
-        if (!aborting && !kafka_txn_is_open(d->kafka) && (!d->txn_offsets || d->txn_offsets->cnt == 0)) {
+        /* Nothing open: nothing to abort, and nothing to commit unless
+         * offsets wait (a transaction is begun for them). */
+        if (!kafka_txn_is_open(d->kafka) && (aborting || !d->txn_offsets || d->txn_offsets->cnt == 0)) {
                 daemon_txn_forget(d);
                 return 0;
         }
-        if (aborting && !kafka_txn_is_open(d->kafka)) {
-                daemon_txn_forget(d);
-                return 0;
-        }
-        d->txn_job_us = daemon_now_us();
-        r = kafka_txn_submit(d->kafka, aborting ? KAFKA_TXN_JOB_ABORT : KAFKA_TXN_JOB_COMMIT,
-                             aborting ? NULL : d->txn_offsets, DAEMON_TXN_CALL_TIMEOUT_MS, rewind, &err);
+        r = daemon_txn_submit(d, aborting ? KAFKA_TXN_JOB_ABORT : KAFKA_TXN_JOB_COMMIT, rewind, &err);
         if (r == 0)
                 r = kafka_txn_wait(d->kafka, &res, &err);
         daemon_txn_settled(d, r, &res, &err);
