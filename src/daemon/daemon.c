@@ -69,8 +69,8 @@ int daemon_records_in_pipeline(const daemon_t *d) {
         return st.records_in_slots + st.records_decoding;
 }
 
-/* Serving the consumer queue is not re-entered from a revoke callback, which
- * runs inside it (kafka_consume) and finishes the slots itself. */
+/* Nothing is taken while a revoke is in progress (its partitions stay
+ * assigned until it ends: daemon_revoke_check). */
 void daemon_pump(daemon_t *d) {
         if (d->in_revoke || !d->pipeline)
                 return;
@@ -127,7 +127,7 @@ static void daemon_check_drained(daemon_t *d) {
         errbuf_t err = {};
         int r;
 
-        if (!d->draining || d->exit_status || !daemon_nothing_in_flight(d))
+        if (!d->draining || d->exit_status || d->in_revoke || !daemon_nothing_in_flight(d))
                 return;
         /* A commit point's job still on the transaction thread: its
          * result (daemon_on_txn_io) comes back here. */
@@ -224,6 +224,10 @@ static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_sigin
  * below, SIGHUP, the staging thread's end, a stop signal), once the event's
  * own work is done (reaping, pumping, delivery reports). The order is fixed:
  *
+ * 0. A revoke in progress (daemon_revoke_check): ends it once what was taken
+ *    from its partitions is finished (or its deadline passed), then the
+ *    commit or abort on the transaction thread, then the unassign. While it
+ *    lasts, the commit points and the swap wait, and the drain too.
  * 1. The open transaction's age (daemon_txn_maybe_close): a commit point
  *    closes the intake, so that what it waits for stops growing.
  * 2. The commit point (daemon_txn_check): commits (or aborts) once nothing is
@@ -240,6 +244,7 @@ static int daemon_on_stop_signal(sd_event_source *s, const struct signalfd_sigin
 void daemon_progress(daemon_t *d) {
         if (!d->pipeline)
                 return;
+        daemon_revoke_check(d);
         daemon_txn_maybe_close(d);
         daemon_txn_check(d);
         daemon_swap_check(d);
@@ -532,6 +537,7 @@ void daemon_free(daemon_t *d) {
         sd_event_source_unref(d->delay_timer);
         sd_event_source_unref(d->hold_timer);
         sd_event_source_unref(d->drain_timer);
+        sd_event_source_unref(d->revoke_timer);
         sd_event_source_unref(d->watchdog_timer);
         sd_event_source_unref(d->defer);
         sd_event_source_unref(d->loop_probe);
@@ -762,8 +768,7 @@ static int daemon_start_sources(daemon_t *d, errbuf_t *err) {
             (r = sd_event_add_time(d->event, &d->hold_timer, CLOCK_MONOTONIC, 0, 1, daemon_on_hold, d)) < 0 ||
             (r = sd_event_add_defer(d->event, &d->defer, daemon_on_defer, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the event sources: %s", strerror(-r));
-        if (daemon_eos(d) && (r = sd_event_add_io(d->event, &d->txn_io, kafka_txn_fd(d->kafka), EPOLLIN,
-                                                  daemon_on_txn_io, d)) < 0)
+        if ((r = sd_event_add_io(d->event, &d->txn_io, kafka_txn_fd(d->kafka), EPOLLIN, daemon_on_txn_io, d)) < 0)
                 return errbuf_set(err, r, "Failed to add the transaction thread's event source: %s", strerror(-r));
         if ((r = daemon_loop_start(d, err)) < 0)
                 return r;

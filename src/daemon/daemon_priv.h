@@ -77,7 +77,18 @@ struct daemon {
         pipeline_t *pipeline;           /* borrows engine, kafka and offsets: freed before them */
         decode_pool_t *decode;          /* JPEG/PNG threads; lent to the pipeline, freed before it */
 
-        bool started, draining, in_revoke;
+        bool started, draining;
+
+        /* A revoke in progress, a state of the loop (daemon_rebalance.c):
+         * the intake closed until the records taken from the partitions are
+         * finished or the deadline passes, then the commit or abort on the
+         * transaction thread, then the unassign (kafka_revoke_done). */
+        bool in_revoke;
+        bool revoke_lost;               /* the group has already moved the partitions on */
+        bool revoke_ending;             /* its commit or abort went to the transaction thread */
+        uint64_t revoke_start_us, revoke_deadline_us;
+        int revoke_in_pipeline;         /* records in the pipeline when it began */
+        sd_event_source *revoke_timer;  /* its deadline ([drain] timeout_s) */
         bool bench_pipeline;            /* the no-compute pipeline benchmark (pipebench.h) */
         bool stored_uncommitted;        /* an offset was stored since the last commit */
 
@@ -179,13 +190,14 @@ int daemon_txn_end(daemon_t *d, bool aborting, bool rewind);
 void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
 void daemon_txn_done(daemon_t *d);
-void daemon_txn_settle(daemon_t *d);
+int daemon_txn_end_start(daemon_t *d, bool aborting, bool rewind);
 void daemon_txn_log_totals(const daemon_t *d);
 
 /* daemon_rebalance.c: Kafka's callbacks (kafka_callbacks_t) and the
  * pipeline's skipped record. */
 void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_list_t *parts);
-void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost);
+bool daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost, bool may_defer);
+void daemon_revoke_check(daemon_t *d);
 void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts);
 void daemon_on_delivered(void *userdata, const rd_kafka_message_t *m);
 void daemon_on_fatal(void *userdata, const char *reason);

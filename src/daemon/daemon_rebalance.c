@@ -1,13 +1,13 @@
 /* daemon_rebalance: Kafka's callbacks into the daemon (kafka_callbacks_t):
- * partitions assigned, revoking (the wait for the records taken before it,
- * then the commit), revoked, a delivery report (the record finished, its
+ * partitions assigned, revoking (a state of the loop: the records taken
+ * before it finished, then the commit, then the unassign), revoked, a delivery report (the record finished, its
  * offset stored or noted for the transaction), a fatal error.
  *
  * Not here: the rebalance protocol itself, eager or cooperative (kafka.c);
  * the commit point of a transaction (daemon_txn.c). */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,51 +25,48 @@ void daemon_on_assigned(void *userdata, const rd_kafka_topic_partition_list_t *p
         }
 }
 
-/* Before partitions go: every record taken so far is finished, produced,
- * acknowledged and its offset stored, then committed. Blocks the loop (a
- * rebalance is rare and bounded by drain.timeout_s). */
-void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
-        daemon_t *d = userdata;
-        uint64_t start = daemon_now_us(), deadline = start + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
-        /* The waits below block the event loop, and with it the watchdog
-         * timer: they ping themselves, on the same rule (daemon_watchdog_ping),
-         * waking at least every quarter interval. */
-        int wait_ms = d->watchdog_usec > 0 && d->watchdog_usec / 4000 < 100 ? (int)(d->watchdog_usec / 4000) + 1 : 100;
-        int in_pipeline;
-        bool unfinished;
+/* --- a revoke, a state of the loop (issue 36) --------------------------------
+ * Before partitions go, every record taken from them is finished: produced,
+ * acknowledged and its offset stored (or noted for the transaction), then
+ * committed. The callback only begins it (daemon_on_revoking): the intake
+ * closes, and the loop goes on serving the engine, the decoders, the
+ * producer's delivery reports, the probes, the watchdog and the timers.
+ * daemon_revoke_check, after every event, ends it once nothing taken is
+ * left or [drain] timeout_s has passed: the commit or the abort goes to the
+ * transaction thread, and once it is done the partitions are unassigned
+ * (kafka_revoke_done) and the intake opens again. */
+
+/* Ends the revoke: the unassign, then the intake opens (unless a swap, the
+ * drain or the daemon's end holds it). The revoke ended the transaction, so
+ * a commit point that was under way is over too. */
+static void daemon_revoke_complete(daemon_t *d) {
+        d->in_revoke = false;
+        d->revoke_ending = false;
+        if (d->revoke_timer)
+                sd_event_source_set_enabled(d->revoke_timer, SD_EVENT_OFF);
+        kafka_revoke_done(d->kafka);
+        if (d->exit_status)
+                return;
+        d->txn_closing = false;
+        if (!d->draining && !d->swap_paused_us)
+                pipeline_set_intake(d->pipeline, true);
+}
+
+/* What was taken is finished, or the deadline passed: logs the wait, then
+ * commits what was finished (or aborts, under exactly-once, when something
+ * was not, the partitions were lost or the transaction failed). Returns true
+ * when a job went to the transaction thread (the revoke ends when it is
+ * done), false when the revoke can end now. */
+static bool daemon_revoke_end(daemon_t *d, const rd_kafka_topic_partition_list_t *parts) {
+        uint64_t now = daemon_now_us();
+        bool unfinished = daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0;
         errbuf_t err = {};
-        int left = 0;
 
-        if (!d->pipeline)
-                return;         /* not started: nothing was taken */
-        d->in_revoke = true;
-        /* A commit point's job on the transaction thread ends first: how
-         * the transaction ended decides what this revoke commits. */
-        daemon_txn_settle(d);
-        in_pipeline = daemon_records_in_pipeline(d);
-        pipeline_held_drop(d->pipeline, parts);
-        pipeline_flush_filling(d->pipeline);
-        while (daemon_records_in_pipeline(d) > 0 && !d->exit_status && daemon_now_us() < deadline) {
-                struct pollfd p[2] = { { .fd = engine_completion_fd(d->engine), .events = POLLIN },
-                                       { .fd = decode_pool_fd(d->decode), .events = POLLIN } };
-
-                poll(p, 2, wait_ms);
-                pipeline_decoded(d->pipeline);
-                pipeline_reap(d->pipeline);
-                kafka_poll_producer(d->kafka);
-                pipeline_produce_pending(d->pipeline);
-                daemon_watchdog_ping(d);
-        }
-        while (batch_offsets_pending(d->offsets) > 0 && daemon_now_us() < deadline) {
-                kafka_flush(d->kafka, wait_ms, &left);
-                daemon_watchdog_ping(d);
-        }
         /* CLOCK_MONOTONIC seconds, as systemd's own timestamps: the
          * notify test matches this window against the pings it received. */
         log_info("Revoke: waited %.3f s for the records taken before it (%d in the pipeline), monotonic %.3f to %.3f s",
-                 (double)(daemon_now_us() - start) / 1e6, in_pipeline, (double)start / 1e6,
-                 (double)daemon_now_us() / 1e6);
-        unfinished = daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0;
+                 (double)(now - d->revoke_start_us) / 1e6, d->revoke_in_pipeline, (double)d->revoke_start_us / 1e6,
+                 (double)now / 1e6);
         if (unfinished)
                 daemon_log_left(d, "Giving up partitions before their records were finished");
         if (daemon_eos(d)) {
@@ -88,19 +85,97 @@ void daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
                  * record taken before the abort makes a second output (the
                  * revoked ones' outputs are given up once they are revoked:
                  * pipeline_output_stale). */
-                bool kept = !lost && kafka_get_assigned(d->kafka) > parts->cnt;
-                bool aborting = lost || d->txn_doomed || unfinished;
+                bool kept = !d->revoke_lost && kafka_get_assigned(d->kafka) > parts->cnt;
+                bool aborting = d->revoke_lost || d->txn_doomed || unfinished;
 
                 d->txn_doomed = false;
-                daemon_txn_end(d, aborting, kept);
-                if (d->txn_closing && !d->exit_status) {
-                        d->txn_closing = false;
-                        if (!d->swap_paused_us)
-                                pipeline_set_intake(d->pipeline, true);
-                }
-        } else if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
-                log_warning("%s", err.msg);
-        d->in_revoke = false;
+                return daemon_txn_end_start(d, aborting, kept) > 0;
+        }
+        if (d->revoke_lost)
+                return false;
+        /* At least once: the stored offsets, committed on the transaction
+         * thread, however long the coordinator takes (the loop answers
+         * meanwhile, and the revoke waits for the commit). */
+        if (kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_OFFSETS, NULL, -1, false, &err) == 0)
+                return true;
+        log_warning("%s", err.msg);
+        return false;
+}
+
+/* After every event (daemon_progress): moves a revoke on, or ends it. */
+void daemon_revoke_check(daemon_t *d) {
+        const rd_kafka_topic_partition_list_t *parts;
+
+        if (!d->in_revoke || d->exit_status || !d->kafka || !(parts = kafka_revoke_pending(d->kafka)))
+                return;
+        /* A commit point's job, or the revoke's own end, on the thread:
+         * its result (daemon_txn_done) comes back here. */
+        if (kafka_txn_busy(d->kafka))
+                return;
+        if (d->revoke_ending) {
+                daemon_revoke_complete(d);
+                return;
+        }
+        if (daemon_now_us() < d->revoke_deadline_us &&
+            (daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0))
+                return;
+        d->revoke_ending = true;
+        if (!daemon_revoke_end(d, parts))
+                daemon_revoke_complete(d);
+}
+
+static int daemon_on_revoke_deadline(sd_event_source *s, uint64_t usec, void *userdata) {
+        daemon_t *d = userdata;
+
+        daemon_loop_enter(d, "revoke deadline");
+        (void)s;
+        (void)usec;
+        daemon_progress(d);
+        daemon_loop_leave(d);
+        return 0;
+}
+
+/* The revoking callback. Closing (no deferring), the daemon has drained:
+ * nothing is in flight, and the drain ended the transaction; what is left
+ * to end is ended here, waiting. */
+bool daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost, bool may_defer) {
+        daemon_t *d = userdata;
+        uint64_t now = daemon_now_us();
+        errbuf_t err = {};
+        int r;
+
+        if (!d->pipeline)
+                return false;   /* not started: nothing was taken */
+        pipeline_held_drop(d->pipeline, parts);
+        if (!may_defer) {
+                if (daemon_eos(d))
+                        daemon_txn_end(d, lost || d->txn_doomed || daemon_records_in_pipeline(d) > 0, false);
+                else if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
+                        log_warning("%s", err.msg);
+                return false;
+        }
+        d->in_revoke = true;
+        d->revoke_lost = lost;
+        d->revoke_ending = false;
+        d->revoke_start_us = now;
+        d->revoke_deadline_us = now + (uint64_t)d->cfg->drain.timeout_s * 1000000ULL;
+        d->revoke_in_pipeline = daemon_records_in_pipeline(d);
+        /* Closed, the intake takes nothing, and a partly filled slot goes
+         * to the engine now rather than after its batch delay. */
+        pipeline_set_intake(d->pipeline, false);
+        if (!d->revoke_timer)
+                r = sd_event_add_time(d->event, &d->revoke_timer, CLOCK_MONOTONIC, d->revoke_deadline_us, 1000,
+                                      daemon_on_revoke_deadline, d);
+        else
+                r = sd_event_source_set_time(d->revoke_timer, d->revoke_deadline_us);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(d->revoke_timer, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_warning("Failed to arm the revoke's deadline: %s (it is checked at each event)", strerror(-r));
+        /* Ends at once when nothing was taken: after this callback returns,
+         * at the loop's next turn. */
+        sd_event_source_set_enabled(d->defer, SD_EVENT_ONESHOT);
+        return true;
 }
 
 void daemon_on_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts) {

@@ -43,7 +43,7 @@ void daemon_swap_end(daemon_t *d, const char *result) {
         d->swap_model = NULL;
         labels_free(d->swap_labels);
         d->swap_labels = NULL;
-        if (d->swap_paused_us && !d->txn_closing && !d->exit_status && !d->draining && d->pipeline) {
+        if (d->swap_paused_us && !d->txn_closing && !d->in_revoke && !d->exit_status && !d->draining && d->pipeline) {
                 pipeline_set_intake(d->pipeline, true);
                 daemon_pump(d);
         }
@@ -127,7 +127,7 @@ static void daemon_swap_apply(daemon_t *d) {
 /* Step 3's end: whether the slots are empty and every result acknowledged
  * (its offset stored); then the swap. Called wherever those change. */
 void daemon_swap_check(daemon_t *d) {
-        if (!d->swap_model || !d->swap_paused_us || d->exit_status || d->draining)
+        if (!d->swap_model || !d->swap_paused_us || d->exit_status || d->draining || d->in_revoke)
                 return;
         if (!daemon_nothing_in_flight(d))
                 return;

@@ -146,7 +146,21 @@ static void daemon_txn_settled(daemon_t *d, int r, kafka_txn_result_t *res, cons
 int daemon_txn_end(daemon_t *d, bool aborting, bool rewind) {
         kafka_txn_result_t res = {};
         errbuf_t err = {};
-        int r;
+        int r = daemon_txn_end_start(d, aborting, rewind);
+
+        if (r > 0) {
+                r = kafka_txn_wait(d->kafka, &res, &err);
+                daemon_txn_settled(d, r, &res, &err);
+        }
+        return d->exit_status ? -EIO : 0;
+}
+
+/* daemon_txn_end's job handed to the transaction thread without waiting (a
+ * revoke's, on the loop): 1 when one went (daemon_txn_done settles it), 0
+ * when there was nothing to end, and -1 when the daemon stops (the submit
+ * failed). */
+int daemon_txn_end_start(daemon_t *d, bool aborting, bool rewind) {
+        errbuf_t err = {};
 
         /* Nothing open: nothing to abort, and nothing to commit unless
          * offsets wait (a transaction is begun for them). */
@@ -154,16 +168,18 @@ int daemon_txn_end(daemon_t *d, bool aborting, bool rewind) {
                 daemon_txn_forget(d);
                 return 0;
         }
-        r = daemon_txn_submit(d, aborting ? KAFKA_TXN_JOB_ABORT : KAFKA_TXN_JOB_COMMIT, rewind, &err);
-        if (r == 0)
-                r = kafka_txn_wait(d->kafka, &res, &err);
-        daemon_txn_settled(d, r, &res, &err);
-        return d->exit_status ? -EIO : 0;
+        if (daemon_txn_submit(d, aborting ? KAFKA_TXN_JOB_ABORT : KAFKA_TXN_JOB_COMMIT, rewind, &err) < 0) {
+                log_error("%s; stopping", err.msg);
+                daemon_fail(d, 1);
+                return -1;
+        }
+        return 1;
 }
 
 /* The transaction thread is done (its fd readable): settles the result,
  * and opens the intake again, unless a revoke is in progress (it does that
- * itself), the daemon stops, drains or swaps its model. */
+ * itself: daemon_revoke_check), the daemon stops, drains or swaps its model.
+ * At least once, the job was a revoke's commit of the consumer's offsets. */
 void daemon_txn_done(daemon_t *d) {
         kafka_txn_result_t res;
         errbuf_t err = {};
@@ -171,6 +187,12 @@ void daemon_txn_done(daemon_t *d) {
 
         if (r == -EINPROGRESS)
                 return;
+        if (res.kind == KAFKA_TXN_JOB_OFFSETS) {
+                /* Not committed: the next owner reads them again (at least once). */
+                if (r < 0)
+                        log_warning("%s", err.msg);
+                return;
+        }
         daemon_txn_settled(d, r, &res, &err);
         if (d->in_revoke)
                 return;
@@ -181,25 +203,13 @@ void daemon_txn_done(daemon_t *d) {
         daemon_pump(d);
 }
 
-/* Waits for a job handed to the transaction thread, and settles it (a
- * revoke, which must know how the transaction ended before it commits). */
-void daemon_txn_settle(daemon_t *d) {
-        kafka_txn_result_t res;
-        errbuf_t err = {};
-        int r;
-
-        if (!daemon_eos(d) || !kafka_txn_busy(d->kafka))
-                return;
-        r = kafka_txn_wait(d->kafka, &res, &err);
-        daemon_txn_settled(d, r, &res, &err);
-}
-
 /* Starts a commit point when the open transaction is old enough: nothing
  * new is taken until the slots are done and acknowledged. */
 void daemon_txn_maybe_close(daemon_t *d) {
         uint64_t t = daemon_now_us();
 
-        if (!daemon_eos(d) || d->txn_closing || d->draining || !d->pipeline)
+        /* A revoke ends the open transaction itself. */
+        if (!daemon_eos(d) || d->txn_closing || d->draining || d->in_revoke || !d->pipeline)
                 return;
         if (!kafka_txn_is_open(d->kafka)) {
                 d->txn_opened_us = 0;
@@ -229,7 +239,7 @@ void daemon_txn_maybe_close(daemon_t *d) {
  * rewound: its records come again, and a DLQ copy the broker refused is then
  * cut before it is sent (pipeline_delivery_failed). */
 void daemon_txn_check(daemon_t *d) {
-        if (!d->txn_closing || d->exit_status || kafka_txn_busy(d->kafka))
+        if (!d->txn_closing || d->exit_status || d->in_revoke || kafka_txn_busy(d->kafka))
                 return;
         if (kafka_txn_failed(d->kafka))
                 d->txn_doomed = true;

@@ -366,25 +366,70 @@ static bool kafka_cooperative(kafka_t *k) {
         return strcmp(rd_kafka_rebalance_protocol(k->consumer), "COOPERATIVE") == 0;
 }
 
-/* Gives the partitions up: the daemon's revoking callback (which answers
- * or hands back what it took from them), then librdkafka's unassign, then
- * the revoked callback. lost: the group has already moved them on. */
-static void kafka_revoke(kafka_t *k, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, bool lost, bool coop) {
+/* librdkafka's unassign of parts, then the revoked callback. */
+static void kafka_unassign(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool coop) {
         rd_kafka_error_t *e = NULL;
         rd_kafka_resp_err_t re = RD_KAFKA_RESP_ERR_NO_ERROR;
 
-        if (k->cb.revoking)
-                k->cb.revoking(k->userdata, parts, lost);
         if (coop)
-                e = rd_kafka_incremental_unassign(rk, parts);
+                e = rd_kafka_incremental_unassign(k->consumer, parts);
         else
-                re = rd_kafka_assign(rk, NULL);
+                re = rd_kafka_assign(k->consumer, NULL);
         if (e || re)
                 log_error("Failed to unassign partitions: %s", e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
         rd_kafka_error_destroy(e);
         kafka_parts_assigned(k, parts, false);
         if (k->cb.revoked)
                 k->cb.revoked(k->userdata, parts);
+}
+
+/* Gives the partitions up: the daemon's revoking callback (which answers
+ * or hands back what it took from them), then the unassign. lost: the group
+ * has already moved them on.
+ *
+ * The callback may defer (issue 36): a revoke is then a state of the
+ * daemon's loop, which goes on serving its engine, producer, probes and
+ * timers until the records taken from the partitions are finished or given
+ * up, and the commit or abort is done on the transaction thread; only then
+ * does it call kafka_revoke_done. librdkafka allows the rebalance callback
+ * to return without the unassign: the group's rebalance waits for the call
+ * (its WAIT_UNASSIGN_CALL state), and the revoked partitions are paused by
+ * librdkafka meanwhile. The callback was chosen over RD_KAFKA_EVENT_REBALANCE
+ * on a queue of its own: the rebalances already arrive on the consumer queue
+ * the loop serves, and nothing else changes. While one is pending,
+ * kafka_consume polls nothing, so no later rebalance (an assignment the
+ * unassign would throw away) is served before it. Closing, nothing defers:
+ * rd_kafka_consumer_close waits for the unassign inside its own call. */
+static void kafka_revoke(kafka_t *k, rd_kafka_topic_partition_list_t *parts, bool lost, bool coop) {
+        rd_kafka_topic_partition_list_t *copy = k->closed ? NULL : rd_kafka_topic_partition_list_copy(parts);
+
+        if (k->revoke) {
+                /* Not seen: librdkafka sends none before the unassign. */
+                log_warning("A revoke came while another was pending: completing that one first");
+                kafka_revoke_done(k);
+        }
+        if (k->cb.revoking && k->cb.revoking(k->userdata, parts, lost, copy != NULL)) {
+                k->revoke = copy;
+                k->revoke_coop = coop;
+                return;
+        }
+        if (copy)
+                rd_kafka_topic_partition_list_destroy(copy);
+        kafka_unassign(k, parts, coop);
+}
+
+void kafka_revoke_done(kafka_t *k) {
+        rd_kafka_topic_partition_list_t *parts = k->revoke;
+
+        if (!parts)
+                return;
+        k->revoke = NULL;
+        kafka_unassign(k, parts, k->revoke_coop);
+        rd_kafka_topic_partition_list_destroy(parts);
+}
+
+const rd_kafka_topic_partition_list_t *kafka_revoke_pending(const kafka_t *k) {
+        return k->revoke;
 }
 
 void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
@@ -424,7 +469,7 @@ void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_
                 lost = rd_kafka_assignment_lost(rk);
                 log_info("Revoking %d partition(s)%s (%s rebalance)", parts->cnt, lost ? ", lost" : "",
                          coop ? "cooperative" : "eager");
-                kafka_revoke(k, rk, parts, lost, coop);
+                kafka_revoke(k, parts, lost, coop);
                 break;
 
         default:
@@ -436,7 +481,7 @@ void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_
                 log_error("Kafka rebalance failed: %s; giving up %d partition(s) as lost", rd_kafka_err2str(err),
                           parts ? parts->cnt : 0);
                 if (parts)
-                        kafka_revoke(k, rk, parts, true, coop);
+                        kafka_revoke(k, parts, true, coop);
                 else
                         rd_kafka_assign(rk, NULL);
                 break;
@@ -602,7 +647,7 @@ int kafka_new(kafka_t **ret, const cfg_t *c, const kafka_limits_t *limits, const
         r = kafka_new_producer(k, c, limits, err);
         if (r < 0)
                 goto fail;
-        if (k->transactional && (r = kafka_txn_thread_start(k, err)) < 0)
+        if ((r = kafka_txn_thread_start(k, err)) < 0)
                 goto fail;
 
         /* Logs, errors and rebalances on the consumer's main queue go to the
@@ -633,6 +678,8 @@ void kafka_free(kafka_t *k) {
         if (!k)
                 return;
         kafka_txn_thread_stop(k);
+        if (k->revoke)
+                rd_kafka_topic_partition_list_destroy(k->revoke);
         if (k->consumer_q) {
                 rd_kafka_queue_io_event_enable(k->consumer_q, -1, NULL, 0);
                 rd_kafka_queue_destroy(k->consumer_q);
@@ -691,7 +738,8 @@ void kafka_fd_clear(int fd) {
 int kafka_consume(kafka_t *k, rd_kafka_message_t **ret) {
         rd_kafka_message_t *m;
 
-        if (k->closed)
+        /* A deferred revoke: nothing is served until its unassign. */
+        if (k->closed || k->revoke)
                 return 0;
         m = rd_kafka_consumer_poll(k->consumer, 0);
         if (!m)
@@ -829,6 +877,7 @@ int kafka_close(kafka_t *k, errbuf_t *err) {
 
         if (k->closed)
                 return 0;
+        kafka_revoke_done(k);   /* the owner's loop has ended: none should be pending */
         k->closed = true;
         /* Refetches show here: a pause drops what librdkafka had prefetched
          * for the partition, and its resume fetches it again

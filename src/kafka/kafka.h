@@ -32,8 +32,13 @@ typedef struct kafka_callbacks {
         /* After partitions were added to the assignment. */
         void (*assigned)(void *userdata, const rd_kafka_topic_partition_list_t *parts);
         /* Before partitions are given up: finish the records taken from them
-         * and commit (unless lost: another member owns them already). */
-        void (*revoking)(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost);
+         * and commit (unless lost: another member owns them already). With
+         * may_defer, the owner may return true and do that on its own loop:
+         * the partitions stay assigned (librdkafka waits, and nothing more is
+         * consumed) until it calls kafka_revoke_done. Without (the consumer
+         * is closing), it finishes before it returns false. */
+        bool (*revoking)(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost,
+                         bool may_defer);
         /* After they were removed from the assignment. */
         void (*revoked)(void *userdata, const rd_kafka_topic_partition_list_t *parts);
         /* The delivery report of a produced record; m->_private is the
@@ -104,6 +109,12 @@ void kafka_fd_clear(int fd);
  * logs are handled (and call back); returns 1 with a message in *ret (the
  * caller destroys it), or 0 when the queue is empty. */
 int kafka_consume(kafka_t *k, rd_kafka_message_t **ret);
+/* Completes a revoke that the revoking callback deferred: the partitions
+ * leave the assignment (librdkafka's unassign; the group's rebalance goes
+ * on), then the revoked callback. No-op when none is pending. */
+void kafka_revoke_done(kafka_t *k);
+/* The partitions of a deferred revoke, or NULL when none is pending. */
+const rd_kafka_topic_partition_list_t *kafka_revoke_pending(const kafka_t *k);
 
 /* Serves the producer queue (delivery reports, errors, logs). */
 void kafka_poll_producer(kafka_t *k);
@@ -223,8 +234,16 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err);
  * transaction with the consumer's group metadata, then the commit; on an
  * abortable failure the transaction is aborted there and then), or an abort.
  * With rewind, after an abort the job also reads every assigned partition's
- * committed offset, for kafka_seek_to. */
-typedef enum kafka_txn_job_kind { KAFKA_TXN_JOB_COMMIT, KAFKA_TXN_JOB_ABORT } kafka_txn_job_kind_t;
+ * committed offset, for kafka_seek_to. Without exactly-once the thread runs
+ * too, for one job: the consumer's commit of its stored offsets
+ * (KAFKA_TXN_JOB_OFFSETS, a revoke's at-least-once commit), which waits as
+ * long as the group coordinator takes, off the loop; it is given up only
+ * when the module is freed. */
+typedef enum kafka_txn_job_kind {
+        KAFKA_TXN_JOB_COMMIT,
+        KAFKA_TXN_JOB_ABORT,
+        KAFKA_TXN_JOB_OFFSETS,
+} kafka_txn_job_kind_t;
 
 typedef struct kafka_txn_result {
         kafka_txn_job_kind_t kind;
@@ -235,7 +254,7 @@ typedef struct kafka_txn_result {
                                                          * their committed offsets (the caller's) */
 } kafka_txn_result_t;
 
-/* Readable when a submitted job is done. -1 without exactly-once. */
+/* Readable when a submitted job is done. */
 int kafka_txn_fd(const kafka_t *k);
 /* A job was submitted and its result not yet collected: submit no other,
  * and produce nothing meanwhile (the commit point has the intake closed). */

@@ -71,7 +71,9 @@ struct kafka {
         bool txn_open;                  /* a transaction was begun and not yet ended */
         bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
                                          * it can only be aborted; its unsent outputs wait for the abort */
-        kafka_txn_job_t txn_job;        /* the transaction thread (exactly-once only) */
+        kafka_txn_job_t txn_job;        /* the transaction thread */
+        rd_kafka_topic_partition_list_t *revoke;        /* owned: a deferred revoke's partitions; NULL: none */
+        bool revoke_coop;               /* it is incremental (cooperative protocol) */
 
         /* For the metrics (kafka_get_lag, kafka_get_errors). */
         kafka_part_t *parts;
@@ -109,8 +111,9 @@ void kafka_fetch_check(kafka_t *k, json_t *stats);
  * [kafka.producer] that replaces one of the plan's limits (lim). */
 void kafka_fetch_say_overrides(const cfg_t *c, const kafka_limits_t *lim);
 
-/* The transaction thread (kafka_txn_thread.c), started by kafka_new with
- * exactly-once and stopped by kafka_free. */
+/* The transaction thread (kafka_txn_thread.c), started by kafka_new (in
+ * both delivery modes: at least once it commits a revoke's offsets) and
+ * stopped by kafka_free. */
 int kafka_txn_thread_start(kafka_t *k, errbuf_t *err);
 void kafka_txn_thread_stop(kafka_t *k);
 

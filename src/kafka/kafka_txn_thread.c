@@ -2,7 +2,8 @@
  * thread of the kafka module's own, so that the event loop never waits on a
  * transaction coordinator (issue 36): sending the offsets to the
  * transaction, its commit, its abort, and the read of the group's committed
- * offsets that a rewind starts from. The owner hands over one job at a time
+ * offsets that a rewind starts from; and without exactly-once, a revoke's
+ * commit of the consumer's offsets. The owner hands over one job at a time
  * (kafka_txn_submit), watches kafka_txn_fd, and takes the result on its own
  * thread (kafka_txn_collect), where the module's state (txn_open,
  * txn_failed) changes: the thread reads and writes none of it, only the job.
@@ -24,6 +25,49 @@
 
 #include "config/log.h"
 
+static bool kafka_txn_quitting(kafka_txn_job_t *j) {
+        bool quit;
+
+        pthread_mutex_lock(&j->lock);
+        quit = j->quit;
+        pthread_mutex_unlock(&j->lock);
+        return quit;
+}
+
+/* The consumer's commit of its stored offsets (at least once), waiting for
+ * the group coordinator's answer however long it takes; the wait's 100 ms
+ * turns only look whether the module is being freed (the request is sent
+ * once). */
+static int kafka_offsets_commit_call(kafka_t *k, kafka_txn_job_t *j) {
+        rd_kafka_queue_t *q = rd_kafka_queue_new(k->consumer);
+        rd_kafka_resp_err_t re;
+        bool answered = false;
+
+        if (!q)
+                return errbuf_set(&j->err, -ENOMEM, "Failed to commit offsets: out of memory");
+        re = rd_kafka_commit_queue(k->consumer, NULL, q, NULL, NULL);
+        while (!re && !answered) {
+                rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 100);
+
+                if (!ev) {
+                        if (kafka_txn_quitting(j)) {
+                                re = RD_KAFKA_RESP_ERR__DESTROY;
+                                break;
+                        }
+                        continue;
+                }
+                if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT) {
+                        re = rd_kafka_event_error(ev);
+                        answered = true;
+                }
+                rd_kafka_event_destroy(ev);
+        }
+        rd_kafka_queue_destroy(q);
+        if (re == RD_KAFKA_RESP_ERR__NO_OFFSET || re == RD_KAFKA_RESP_ERR_NO_ERROR)
+                return 0;
+        return errbuf_set(&j->err, -EIO, "Failed to commit offsets: %s", rd_kafka_err2str(re));
+}
+
 /* Runs j's calls on the transaction thread; fills its result. */
 static void kafka_txn_run(kafka_t *k, kafka_txn_job_t *j) {
         int r = 0;
@@ -32,6 +76,11 @@ static void kafka_txn_run(kafka_t *k, kafka_txn_job_t *j) {
         j->committed = j->aborted = false;
         j->cause[0] = '\0';
         j->rewind_to = NULL;
+        if (j->kind == KAFKA_TXN_JOB_OFFSETS) {
+                j->status = kafka_offsets_commit_call(k, j);
+                j->committed = j->status == 0;
+                return;
+        }
         if (j->kind == KAFKA_TXN_JOB_COMMIT) {
                 r = kafka_txn_commit_calls(k, j->offsets, j->timeout_ms, &j->err);
                 j->committed = r == 0;
@@ -133,7 +182,7 @@ int kafka_txn_submit(kafka_t *k, kafka_txn_job_kind_t kind, const rd_kafka_topic
         kafka_txn_job_t *j = &k->txn_job;
         int r;
 
-        assert(k->transactional && j->started && !j->busy);
+        assert((k->transactional || kind == KAFKA_TXN_JOB_OFFSETS) && j->started && !j->busy);
         /* Offsets with no transaction open: one is begun for them. */
         if (kind == KAFKA_TXN_JOB_COMMIT && !k->txn_open && offsets && offsets->cnt > 0 &&
             (r = kafka_txn_begin(k, err)) < 0)
@@ -167,7 +216,7 @@ int kafka_txn_collect(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err) {
                 rd_kafka_topic_partition_list_destroy(j->offsets);
         j->offsets = NULL;
         /* The module's state follows the job, here on the owner's thread. */
-        if (j->committed || j->aborted) {
+        if (j->kind != KAFKA_TXN_JOB_OFFSETS && (j->committed || j->aborted)) {
                 k->txn_open = false;
                 k->txn_failed = false;
         }

@@ -45,10 +45,13 @@ static void tp_assigned(void *userdata, const rd_kafka_topic_partition_list_t *p
                         t->assigned++;
 }
 
-static void tp_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost) {
+static bool tp_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost,
+                        bool may_defer) {
         (void)userdata;
         (void)parts;
         (void)lost;
+        (void)may_defer;
+        return false;
 }
 
 static void tp_revoked(void *userdata, const rd_kafka_topic_partition_list_t *parts) {

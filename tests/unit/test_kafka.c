@@ -356,12 +356,14 @@ static void test_kafka_broker_down_logged_once(void) {
  * It used to unassign them without telling the daemon. */
 static struct {
         int revoking, revoked, lost;
+        bool defer;                     /* the callback defers the revoke (the daemon's way) */
 } rb;
-static void rb_revoking(void *u, const rd_kafka_topic_partition_list_t *parts, bool lost) {
+static bool rb_revoking(void *u, const rd_kafka_topic_partition_list_t *parts, bool lost, bool may_defer) {
         (void)u;
         (void)parts;
         rb.revoking++;
         rb.lost += lost;
+        return rb.defer && may_defer;
 }
 static void rb_revoked(void *u, const rd_kafka_topic_partition_list_t *parts) {
         (void)u;
@@ -391,6 +393,49 @@ static void test_kafka_rebalance_error_revokes(void) {
         CU_ASSERT_EQUAL(rb.lost, 1);
         CU_ASSERT_EQUAL(rb.revoked, 1);
         CU_ASSERT_EQUAL(kafka_get_assigned(k), 0);
+        CU_ASSERT_PTR_NULL(kafka_revoke_pending(k));
+        rd_kafka_topic_partition_list_destroy(parts);
+        kafka_free(k);
+        cfg_free(c);
+}
+
+/* A revoke the callback defers (issue 36): the partitions stay assigned and
+ * nothing is consumed until kafka_revoke_done, which unassigns them and
+ * calls the revoked callback then; a second call does nothing. */
+static void test_kafka_revoke_deferred(void) {
+        static const kafka_callbacks_t cb = { .revoking = rb_revoking, .revoked = rb_revoked };
+        const rd_kafka_topic_partition_list_t *pending;
+        rd_kafka_message_t *m = NULL;
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        rd_kafka_topic_partition_list_t *parts;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
+        parts = rd_kafka_topic_partition_list_new(2);
+        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 0);
+        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 1);
+        kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts, k);
+        memset(&rb, 0, sizeof(rb));
+        rb.defer = true;
+        kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, parts, k);
+        CU_ASSERT_EQUAL(rb.revoking, 1);
+        CU_ASSERT_EQUAL(rb.revoked, 0);
+        CU_ASSERT_EQUAL(kafka_get_assigned(k), 2);
+        pending = kafka_revoke_pending(k);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(pending);
+        CU_ASSERT_EQUAL(pending->cnt, 2);
+        CU_ASSERT_EQUAL(kafka_consume(k, &m), 0);
+        kafka_revoke_done(k);
+        CU_ASSERT_EQUAL(rb.revoked, 1);
+        CU_ASSERT_EQUAL(kafka_get_assigned(k), 0);
+        CU_ASSERT_PTR_NULL(kafka_revoke_pending(k));
+        kafka_revoke_done(k);
+        CU_ASSERT_EQUAL(rb.revoked, 1);
         rd_kafka_topic_partition_list_destroy(parts);
         kafka_free(k);
         cfg_free(c);
@@ -558,6 +603,7 @@ int test_kafka_register(void) {
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
+                { "revoke_deferred", test_kafka_revoke_deferred },
                 { "txn_commit_calls_waiting", test_kafka_txn_commit_calls_waiting },
                 { "txn_submit_does_not_wait", test_kafka_txn_submit_does_not_wait },
                 { "conf_set_pair", test_kafka_conf_set_pair },
