@@ -122,6 +122,10 @@ void daemon_log_left(daemon_t *d, const char *why) {
                   kafka_producer_outstanding(d->kafka));
 }
 
+/* The drain's end, once nothing is in flight: the last commit goes to the
+ * transaction thread (the loop answers meanwhile, and the drain's timer
+ * bounds it), and when it is done the consumer leaves the group and the
+ * loop ends. */
 static void daemon_check_drained(daemon_t *d) {
         pipeline_stats_t st;
         errbuf_t err = {};
@@ -129,22 +133,28 @@ static void daemon_check_drained(daemon_t *d) {
 
         if (!d->draining || d->exit_status || d->in_revoke || !daemon_nothing_in_flight(d))
                 return;
-        /* A commit point's job still on the transaction thread: its
-         * result (daemon_on_txn_io) comes back here. */
-        if (daemon_eos(d) && kafka_txn_busy(d->kafka))
+        /* A job on the transaction thread (a commit point's, or the
+         * drain's own commit): its result (daemon_on_txn_io) comes back
+         * here. */
+        if (kafka_txn_busy(d->kafka))
                 return;
-        daemon_stats(d, &st);
-        if (daemon_eos(d)) {
-                /* An abortable failure here leaves the offsets where they
-                 * were: the next owner redoes those records, and the
-                 * aborted outputs are never visible. */
-                if (daemon_txn_end(d, false, false) < 0 && d->exit_status)
-                        return;
-        } else {
-                r = kafka_commit_sync(d->kafka, &err);
-                if (r < 0)
+        if (!d->drain_committing) {
+                d->drain_committing = true;
+                /* Exactly-once, an abortable failure leaves the offsets
+                 * where they were: the next owner redoes those records,
+                 * and the aborted outputs are never visible. */
+                if (daemon_eos(d))
+                        r = daemon_txn_end_start(d, false, false);
+                else if (kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_OFFSETS, NULL, -1, false, &err) == 0)
+                        r = 1;
+                else {
                         log_warning("%s", err.msg);
+                        r = 0;
+                }
+                if (r != 0)
+                        return;         /* submitted (r > 0), or the daemon stops */
         }
+        daemon_stats(d, &st);
         daemon_txn_log_totals(d);
         r = kafka_close(d->kafka, &err);
         if (r < 0)

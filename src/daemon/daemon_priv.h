@@ -78,6 +78,7 @@ struct daemon {
         decode_pool_t *decode;          /* JPEG/PNG threads; lent to the pipeline, freed before it */
 
         bool started, draining;
+        bool drain_committing;          /* the drain's last commit went to the transaction thread */
 
         /* A revoke in progress, a state of the loop (daemon_rebalance.c):
          * the intake closed until the records taken from the partitions are

@@ -105,6 +105,7 @@ static bool daemon_revoke_end(daemon_t *d, const rd_kafka_topic_partition_list_t
 /* After every event (daemon_progress): moves a revoke on, or ends it. */
 void daemon_revoke_check(daemon_t *d) {
         const rd_kafka_topic_partition_list_t *parts;
+        bool doomed;
 
         if (!d->in_revoke || d->exit_status || !d->kafka || !(parts = kafka_revoke_pending(d->kafka)))
                 return;
@@ -116,9 +117,14 @@ void daemon_revoke_check(daemon_t *d) {
                 daemon_revoke_complete(d);
                 return;
         }
+        /* A failed transaction's outputs are never acknowledged: it is
+         * aborted as soon as the slots are empty, not at the deadline. */
+        doomed = daemon_eos(d) && (d->txn_doomed || kafka_txn_failed(d->kafka));
         if (daemon_now_us() < d->revoke_deadline_us &&
-            (daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0))
+            (daemon_records_in_pipeline(d) > 0 || (!doomed && batch_offsets_pending(d->offsets) > 0)))
                 return;
+        if (doomed)
+                d->txn_doomed = true;
         d->revoke_ending = true;
         if (!daemon_revoke_end(d, parts))
                 daemon_revoke_complete(d);

@@ -253,7 +253,8 @@ void daemon_txn_check(daemon_t *d) {
                         daemon_fail(d, 1);
                         return;
                 }
-                log_warning("The transaction failed (librdkafka: see the line above); aborting it");
+                log_warning("The transaction failed (an output failed, or librdkafka dropped its outputs "
+                            "without a delivery report: an abortable error); aborting it");
                 daemon_txn_start(d, KAFKA_TXN_JOB_ABORT);
                 return;
         }

@@ -107,14 +107,7 @@ static int kafka_conf_set_u64(rd_kafka_conf_t *conf, const char *name, uint64_t 
 }
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-        kafka_t *k = rd_kafka_opaque(rk);
-
-        /* librdkafka says that it failed the open transaction (an abortable
-         * error: a delivery failed, or the producer needs an epoch bump) only
-         * in this line; the outputs not yet sent then wait for the abort,
-         * with no delivery report. (Served on the loop thread: log.queue.) */
-        if (k && !strcmp(fac, "TXNERR") && k->transactional && k->txn_open)
-                k->txn_failed = true;
+        (void)rk;
         /* kafka_auth says it once, with the broker and the mechanism; a
          * broker failure (FAIL) also comes as an error event
          * (kafka_error_cb), which logs it once, rate-limited: here both are
@@ -223,6 +216,17 @@ static void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         (void)rk;
         if (!m->err)
                 kafka_health_ok(k);
+        /* librdkafka fails a transaction (an abortable error: a partition
+         * it could not add to it, a request timed out) by purging the
+         * outputs it still holds, each reported with ERR__PURGE_QUEUE or
+         * _INFLIGHT (rdkafka_txnmgr.c's set_abortable_error). With no abort
+         * of ours under way, that is how the failure is learned: from the
+         * API, not from its TXNERR log line, which a [kafka.producer]
+         * log_level hides (issue 36). An abort's own purged outputs are
+         * served when it is collected, with the transaction closed. */
+        if (k->transactional && k->txn_open && !k->txn_job.busy &&
+            (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
+                k->txn_failed = true;
         if (k->cb.delivered)
                 k->cb.delivered(k->userdata, m);
 }

@@ -217,8 +217,8 @@ const char *kafka_get_auth_error(const kafka_t *k);
 bool kafka_transactional(const kafka_t *k);
 bool kafka_txn_is_open(const kafka_t *k);
 /* librdkafka failed the open transaction (an abortable error, such as a
- * delivery refused by the broker): it can only be aborted, and its outputs
- * not yet sent get no delivery report until then. */
+ * partition it could not add to it): it can only be aborted. Learned from
+ * its API: the outputs it purged without a delivery report. */
 bool kafka_txn_failed(const kafka_t *k);
 
 /* init_transactions (at start-up; fences an earlier incarnation of the same

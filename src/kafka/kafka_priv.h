@@ -69,8 +69,8 @@ struct kafka {
         bool closed;
         bool transactional;             /* [kafka] delivery = exactly-once */
         bool txn_open;                  /* a transaction was begun and not yet ended */
-        bool txn_failed;                /* librdkafka failed the open transaction (its TXNERR log line):
-                                         * it can only be aborted; its unsent outputs wait for the abort */
+        bool txn_failed;                /* librdkafka failed the open transaction: it purged an output
+                                         * (kafka_dr_cb); it can only be aborted */
         kafka_txn_job_t txn_job;        /* the transaction thread */
         rd_kafka_topic_partition_list_t *revoke;        /* owned: a deferred revoke's partitions; NULL: none */
         bool revoke_coop;               /* it is incremental (cooperative protocol) */

@@ -220,6 +220,11 @@ int kafka_txn_collect(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err) {
                 k->txn_open = false;
                 k->txn_failed = false;
         }
+        /* The abort's purged outputs are reported now, with no transaction
+         * open, so that none is taken for a failure of the next one
+         * (kafka_dr_cb). */
+        if (j->aborted)
+                rd_kafka_poll(k->producer, 0);
         *res = (kafka_txn_result_t){ .kind = j->kind, .committed = j->committed, .aborted = j->aborted,
                                      .rewind_to = j->rewind_to };
         snprintf(res->cause, sizeof(res->cause), "%s", j->cause);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -442,8 +443,8 @@ static void test_kafka_revoke_deferred(void) {
 }
 
 /* An exactly-once kafka_t on librdkafka's own mock cluster (one broker,
- * topic "t"), its transactions initialised and one open with a record in
- * it. */
+ * topic "t"), its transactions initialised (txn_mock_new), and with
+ * txn_mock_open one open with a record in it. */
 typedef struct {
         rd_kafka_t *mrk;
         rd_kafka_mock_cluster_t *mc;
@@ -451,7 +452,7 @@ typedef struct {
         kafka_t *k;
 } txn_mock_t;
 
-static void txn_mock_open(txn_mock_t *t, const kafka_callbacks_t *cb, void *userdata) {
+static void txn_mock_new(txn_mock_t *t, const kafka_callbacks_t *cb, void *userdata) {
         rd_kafka_conf_t *mconf = rd_kafka_conf_new();
         kafka_limits_t l;
         errbuf_t err = {};
@@ -469,6 +470,12 @@ static void txn_mock_open(txn_mock_t *t, const kafka_callbacks_t *cb, void *user
         kafka_limits_from_budget(0, &l);
         CU_ASSERT_EQUAL_FATAL(kafka_new(&t->k, t->c, &l, cb, userdata, &err), 0);
         CU_ASSERT_EQUAL_FATAL(kafka_txn_init(t->k, 5000, 10000, &err), 0);
+}
+
+static void txn_mock_open(txn_mock_t *t, const kafka_callbacks_t *cb, void *userdata) {
+        errbuf_t err = {};
+
+        txn_mock_new(t, cb, userdata);
         CU_ASSERT_EQUAL_FATAL(kafka_produce(t->k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
         CU_ASSERT_FATAL(kafka_txn_is_open(t->k));
 }
@@ -570,6 +577,49 @@ static void test_kafka_txn_submit_does_not_wait(void) {
         txn_mock_close(&t);
 }
 
+/* A transaction librdkafka fails (an abortable error: the coordinator
+ * refuses to add the output's partition, TOPIC_AUTHORIZATION_FAILED) is
+ * learned with the producer's librdkafka logging off (log_level 0, as a
+ * user may set in [kafka.producer]): from the delivery report of the output
+ * librdkafka purged. It used to be learned only from librdkafka's TXNERR
+ * log line. The abort then ends it, and its own purged outputs (a second
+ * one, produced meanwhile) fail nothing more. */
+static int txn_purged;
+static void txn_reported(void *userdata, const rd_kafka_message_t *m) {
+        (void)userdata;
+        txn_purged += m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+}
+static void test_kafka_txn_failure_without_log(void) {
+        static const kafka_callbacks_t cb = { .delivered = txn_reported };
+        kafka_txn_result_t res;
+        txn_mock_t t;
+        errbuf_t err = {};
+
+        txn_mock_new(&t, &cb, NULL);
+        rd_kafka_set_log_level(t.k->producer, 0);
+        /* 24: AddPartitionsToTxn's ApiKey. */
+        rd_kafka_mock_push_request_errors(t.mc, 24, 1, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+        txn_purged = 0;
+        CU_ASSERT_EQUAL_FATAL(kafka_produce(t.k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
+        CU_ASSERT(!kafka_txn_failed(t.k));
+        for (int i = 0; i < 1000 && !kafka_txn_failed(t.k); i++) {
+                kafka_poll_producer(t.k);
+                usleep(10000);
+        }
+        CU_ASSERT(kafka_txn_failed(t.k));
+        CU_ASSERT_EQUAL(txn_purged, 1);
+        CU_ASSERT_EQUAL_FATAL(kafka_txn_submit(t.k, KAFKA_TXN_JOB_ABORT, NULL, -1, false, &err), 0);
+        CU_ASSERT_EQUAL(kafka_txn_wait(t.k, &res, &err), 0);
+        CU_ASSERT(res.aborted);
+        CU_ASSERT(!kafka_txn_failed(t.k));
+        CU_ASSERT(!kafka_txn_is_open(t.k));
+        /* The next transaction: committed. */
+        CU_ASSERT_EQUAL_FATAL(kafka_produce(t.k, "t", "k", 1, "v", 1, NULL, NULL, &err), 0);
+        CU_ASSERT_EQUAL(txn_commit_wait(t.k, 10000, &err), 0);
+        CU_ASSERT(!kafka_txn_failed(t.k));
+        txn_mock_close(&t);
+}
+
 /* A tool's -X NAME=VALUE: set when librdkafka takes it, its refusal in why
  * when not, why empty when the text is not NAME=VALUE; kv left as it was. */
 static void test_kafka_conf_set_pair(void) {
@@ -606,6 +656,7 @@ int test_kafka_register(void) {
                 { "revoke_deferred", test_kafka_revoke_deferred },
                 { "txn_commit_calls_waiting", test_kafka_txn_commit_calls_waiting },
                 { "txn_submit_does_not_wait", test_kafka_txn_submit_does_not_wait },
+                { "txn_failure_without_log", test_kafka_txn_failure_without_log },
                 { "conf_set_pair", test_kafka_conf_set_pair },
                 CU_TEST_INFO_NULL,
         };
