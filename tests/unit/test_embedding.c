@@ -1,16 +1,136 @@
-/* Unit tests of the embeddings: the CPU engine's embedding against its own
- * fc, in fp32 and bf16, and the plan's count of its bytes. Against
- * torchvision: tests/golden. */
+/* Unit tests of the embeddings ([output] kind = embedding | both): each
+ * format (json, f32le, base64) and normalisation (none, l2) of the
+ * prediction encoder, parsed back; kind = classes byte for byte as before;
+ * the CPU engine's embedding against its own fc, in fp32 and bf16, and the
+ * plan's count of its bytes. Against torchvision: tests/golden. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cpu_dnnl.h"
 #include "engine/engine.h"
+#include "engine/prediction.h"
 #include "engine_check.h"
 #include "unit.h"
+
+#define EMB_DIM 6
+
+static const engine_topk_t emb_top[2] = { { 7, 0.75f }, { 2, 0.25f } };
+/* Values whose shortest float32 forms need all 9 digits, a negative, a zero and a tiny one. */
+static const float emb_vec[EMB_DIM] = { 0.1f, -1.0f / 3.0f, 0.0f, 123456.789f, 1e-30f, 2.0f / 3.0f };
+
+static char *emb_line(prediction_kind_t kind, prediction_embedding_format_t format, const float *vec) {
+        prediction_meta_t meta = { .model_id = "sha256:0123456789ab", .backend = "cpu", .precision = "fp32",
+                                   .output = { .kind = kind, .format = format } };
+        prediction_row_t row = { .top = emb_top, .k = 2, .embedding = vec, .dim = EMB_DIM, .latency_ms = 1.5 };
+        char *line = NULL;
+
+        CU_ASSERT(prediction_format_row(&line, &row, &meta) > 0);
+        return line;
+}
+
+/* json: "embedding" an array that reads back float32 for float32; "top"
+ * with both, not with embedding. */
+static void test_embedding_json(void) {
+        for (int both = 0; both < 2; both++) {
+                char *line = emb_line(both ? PREDICTION_KIND_BOTH : PREDICTION_KIND_EMBEDDING,
+                                      PREDICTION_EMBEDDING_JSON, emb_vec);
+                json_t *j = json_loads(line, 0, NULL), *a;
+
+                CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+                a = json_object_get(j, "embedding");
+                CU_ASSERT_EQUAL_FATAL(json_array_size(a), EMB_DIM);
+                for (int i = 0; i < EMB_DIM; i++)
+                        CU_ASSERT_EQUAL((float)json_number_value(json_array_get(a, i)), emb_vec[i]);
+                CU_ASSERT_EQUAL(json_object_get(j, "top") != NULL, both);
+                CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "model")), "sha256:0123456789ab");
+                /* "top" first, then "embedding", then the rest as before. */
+                CU_ASSERT(strncmp(line, both ? "{\"top\":[" : "{\"embedding\":[", both ? 8 : 14) == 0);
+                json_decref(j);
+                free(line);
+        }
+}
+
+/* base64: the f32le bytes, decoded back. */
+static void test_embedding_base64(void) {
+        char *line = emb_line(PREDICTION_KIND_EMBEDDING, PREDICTION_EMBEDDING_BASE64, emb_vec);
+        json_t *j = json_loads(line, 0, NULL);
+        const char *b64;
+        unsigned char raw[64], want[EMB_DIM * 4];
+        int n;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+        b64 = json_string_value(json_object_get(j, "embedding"));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(b64);
+        CU_ASSERT_EQUAL(strlen(b64), 32);      /* 24 bytes: 4 * 8 characters, no padding */
+        n = EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)strlen(b64));
+        CU_ASSERT_EQUAL(n, 24);
+        prediction_embedding_f32le(emb_vec, EMB_DIM, want);
+        CU_ASSERT_EQUAL(memcmp(raw, want, sizeof(want)), 0);
+        CU_ASSERT_PTR_NULL(json_object_get(j, "top"));
+        json_decref(j);
+        free(line);
+}
+
+/* f32le: the vector's bytes little-endian, and a line without it (the
+ * daemon's header): with kind embedding it opens on "model". */
+static void test_embedding_f32le(void) {
+        const float v[2] = { 1.0f, -2.5f };
+        const unsigned char want[8] = { 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0 };
+        unsigned char got[8];
+        char *line;
+
+        prediction_embedding_f32le(v, 2, got);
+        CU_ASSERT_EQUAL(memcmp(got, want, 8), 0);
+        line = emb_line(PREDICTION_KIND_EMBEDDING, PREDICTION_EMBEDDING_F32LE, emb_vec);
+        CU_ASSERT_STRING_EQUAL(line, "{\"model\":\"sha256:0123456789ab\",\"backend\":\"cpu\",\"precision\":\"fp32\","
+                                     "\"latency_ms\":1.5}");
+        free(line);
+        line = emb_line(PREDICTION_KIND_BOTH, PREDICTION_EMBEDDING_F32LE, emb_vec);
+        CU_ASSERT_PTR_NULL(strstr(line, "embedding"));
+        CU_ASSERT(strncmp(line, "{\"top\":[{\"class\":7,", 19) == 0);
+        free(line);
+}
+
+/* kind = classes: today's line, byte for byte, whatever the format says. */
+static void test_embedding_classes_unchanged(void) {
+        prediction_meta_t meta = { .model_id = "sha256:0123456789ab", .backend = "cpu", .precision = "fp32" };
+        char *before = NULL, *now;
+
+        CU_ASSERT_FATAL(prediction_format(&before, emb_top, 2, 1.5, &meta) > 0);
+        CU_ASSERT_STRING_EQUAL(before, "{\"top\":[{\"class\":7,\"score\":0.75},{\"class\":2,\"score\":0.25}],"
+                                       "\"model\":\"sha256:0123456789ab\",\"backend\":\"cpu\",\"precision\":\"fp32\","
+                                       "\"latency_ms\":1.5}");
+        now = emb_line(PREDICTION_KIND_CLASSES, PREDICTION_EMBEDDING_BASE64, emb_vec);
+        CU_ASSERT_STRING_EQUAL(now, before);
+        free(now);
+        free(before);
+}
+
+/* none copies; l2 divides by the norm (a zero vector stays zero); a value
+ * that is not finite is refused either way. */
+static void test_embedding_normalize(void) {
+        prediction_output_t none = { .kind = PREDICTION_KIND_BOTH }, l2 = none;
+        const float v[3] = { 3.0f, 0.0f, -4.0f }, zero[3] = { 0 };
+        float out[3], bad[3] = { 1.0f, NAN, 0.0f };
+
+        l2.normalize = PREDICTION_NORMALIZE_L2;
+        CU_ASSERT_EQUAL(prediction_embedding_prepare(&none, v, 3, out), 0);
+        CU_ASSERT_EQUAL(memcmp(out, v, sizeof(v)), 0);
+        CU_ASSERT_EQUAL(prediction_embedding_prepare(&l2, v, 3, out), 0);
+        CU_ASSERT_EQUAL(out[0], 0.6f);
+        CU_ASSERT_EQUAL(out[1], 0.0f);
+        CU_ASSERT_EQUAL(out[2], -0.8f);
+        CU_ASSERT_EQUAL(prediction_embedding_prepare(&l2, zero, 3, out), 0);
+        CU_ASSERT(out[0] == 0 && out[1] == 0 && out[2] == 0);
+        CU_ASSERT_EQUAL(prediction_embedding_prepare(&none, bad, 3, out), -EDOM);
+        bad[1] = INFINITY;
+        CU_ASSERT_EQUAL(prediction_embedding_prepare(&l2, bad, 3, out), -EDOM);
+}
 
 /* A CPU engine on a resnet18 (512 features) with embeddings in precision p:
  * each record's embedding is what its fc read, so the model's own fc over
@@ -114,6 +234,11 @@ static void test_embedding_plan_counts(void) {
 
 int test_embedding_register(void) {
         static CU_TestInfo tests[] = {
+                { "json", test_embedding_json },
+                { "base64", test_embedding_base64 },
+                { "f32le", test_embedding_f32le },
+                { "classes_unchanged", test_embedding_classes_unchanged },
+                { "normalize", test_embedding_normalize },
                 { "cpu_engine_fp32", test_embedding_cpu_engine_fp32 },
                 { "cpu_engine_bf16", test_embedding_cpu_engine_bf16 },
                 { "plan_counts", test_embedding_plan_counts },
