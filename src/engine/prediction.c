@@ -39,8 +39,6 @@ struct prediction_encoder {
         int n_labels;
         json_t *real;           /* reused: jansson writes each number */
         prediction_output_t output;
-        unsigned char *scratch; /* base64: the f32le bytes, then their base64 text; grown once per dim */
-        size_t scratch_bytes;
 };
 
 int prediction_embedding_prepare(const prediction_output_t *o, const float *in, int dim, float *out) {
@@ -99,7 +97,6 @@ void prediction_encoder_free(prediction_encoder_t *e) {
         free(e->labels);
         free(e->middle);
         free(e->end);
-        free(e->scratch);
         json_decref(e->real);
         free(e);
 }
@@ -189,24 +186,22 @@ static void prediction_put_embedding_json(prediction_out_t *o, const float *v, i
 }
 
 /* "embedding":"<base64>" of the f32le bytes (OpenSSL's encoder, no line
- * breaks). false: out of memory. */
-static bool prediction_put_embedding_base64(prediction_out_t *o, prediction_encoder_t *e, const float *v, int dim) {
-        size_t raw = (size_t)dim * sizeof(float), text = 4 * ((raw + 2) / 3) + 1;
+ * breaks), 3 bytes (12 values) at a time through two small buffers on the
+ * stack: nothing is allocated. */
+static void prediction_put_embedding_base64(prediction_out_t *o, const float *v, int dim) {
+        enum { CHUNK_VALUES = 384 };    /* 1,536 bytes: a multiple of 3, so no padding inside */
+        unsigned char raw[CHUNK_VALUES * sizeof(float)], text[CHUNK_VALUES * sizeof(float) / 3 * 4 + 4];
 
-        if (e->scratch_bytes < raw + text) {
-                unsigned char *s = realloc(e->scratch, raw + text);
-
-                if (!s)
-                        return false;
-                e->scratch = s;
-                e->scratch_bytes = raw + text;
-        }
-        prediction_embedding_f32le(v, dim, e->scratch);
-        EVP_EncodeBlock(e->scratch + raw, e->scratch, (int)raw);
         prediction_put_str(o, "\"embedding\":\"");
-        prediction_put(o, (const char *)e->scratch + raw, text - 1);
+        for (int i = 0; i < dim; i += CHUNK_VALUES) {
+                int n = dim - i < CHUNK_VALUES ? dim - i : CHUNK_VALUES;
+                int len;
+
+                prediction_embedding_f32le(v + i, n, raw);
+                len = EVP_EncodeBlock(text, raw, n * (int)sizeof(float));
+                prediction_put(o, (const char *)text, (size_t)len);
+        }
         prediction_put(o, "\"", 1);
-        return true;
 }
 
 int prediction_encode_row(prediction_encoder_t *e, char *buf, size_t size, const prediction_row_t *row) {
@@ -235,12 +230,10 @@ int prediction_encode_row(prediction_encoder_t *e, char *buf, size_t size, const
         if (emb) {
                 if (top)
                         prediction_put(&o, ",", 1);
-                if (e->output.format == PREDICTION_EMBEDDING_BASE64) {
-                        if (!prediction_put_embedding_base64(&o, e, row->embedding, row->dim))
-                                return -ENOMEM;
-                } else {
+                if (e->output.format == PREDICTION_EMBEDDING_BASE64)
+                        prediction_put_embedding_base64(&o, row->embedding, row->dim);
+                else
                         prediction_put_embedding_json(&o, row->embedding, row->dim);
-                }
         }
         /* "model" always, so never NULL; its comma goes when nothing is before it. */
         prediction_put_str(&o, e->middle + (top || emb ? 0 : 1));

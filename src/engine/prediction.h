@@ -62,8 +62,11 @@ typedef struct prediction_output {
 #define PREDICTION_HEADER_JSON "inferd-prediction"
 
 /* The longest embedding of any supported architecture (model_embedding_dim:
- * 512 * 4), for callers' buffers. */
+ * 512 * 4), for callers' buffers, and the most its "embedding" member
+ * takes in a line: "%.9g" writes at most 15 characters a float32
+ * ("-1.17549435e-38"), then a comma; base64 takes less. */
 #define PREDICTION_EMBEDDING_DIM_MAX 2048
+#define PREDICTION_EMBEDDING_TEXT_MAX_BYTES (PREDICTION_EMBEDDING_DIM_MAX * 16 + 16)
 
 static inline bool prediction_has_embedding(const prediction_output_t *o) {
         return o->kind != PREDICTION_KIND_CLASSES;

@@ -262,9 +262,10 @@ int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const
         return r;
 }
 
-/* One output being made: its value, and the buffers it may point into. */
+/* One output being made: its value, and the buffers it may point into (on
+ * the loop's stack: an embedding's JSON fits line without an allocation). */
 typedef struct pipeline_out {
-        char line[PIPELINE_JSON_LINE];  /* the JSON, when it fits */
+        char line[PIPELINE_JSON_LINE + PREDICTION_EMBEDDING_TEXT_MAX_BYTES];    /* the JSON, when it fits */
         char *big;                      /* malloc'd: the JSON when it is longer */
         float embedding[PREDICTION_EMBEDDING_DIM_MAX];  /* prepared (normalised) */
         unsigned char f32le[PREDICTION_EMBEDDING_DIM_MAX * sizeof(float)];

@@ -55,6 +55,26 @@ static void test_embedding_json(void) {
         }
 }
 
+/* The longest "embedding" member (2048 of the widest "%.9g" numbers) fits
+ * PREDICTION_EMBEDDING_TEXT_MAX_BYTES, which the pipeline's line reserves. */
+static void test_embedding_json_bound(void) {
+        static float v[PREDICTION_EMBEDDING_DIM_MAX];
+        prediction_meta_t meta = { .model_id = "m", .output = { .kind = PREDICTION_KIND_EMBEDDING } };
+        prediction_row_t row = { .embedding = v, .dim = PREDICTION_EMBEDDING_DIM_MAX };
+        char *with = NULL, *without = NULL;
+        int n;
+
+        for (int i = 0; i < PREDICTION_EMBEDDING_DIM_MAX; i++)
+                v[i] = i % 2 ? -1.17549435e-38f : -1.40129846e-45f;     /* FLT_MIN, the smallest denormal */
+        n = prediction_format_row(&with, &row, &meta);
+        meta.output.format = PREDICTION_EMBEDDING_F32LE;
+        CU_ASSERT_FATAL(n > 0 && prediction_format_row(&without, &row, &meta) > 0);
+        CU_ASSERT(strlen(with) - strlen(without) <= PREDICTION_EMBEDDING_TEXT_MAX_BYTES);
+        CU_ASSERT(strlen(with) - strlen(without) > PREDICTION_EMBEDDING_DIM_MAX * 15);
+        free(with);
+        free(without);
+}
+
 /* base64: the f32le bytes, decoded back. */
 static void test_embedding_base64(void) {
         char *line = emb_line(PREDICTION_KIND_EMBEDDING, PREDICTION_EMBEDDING_BASE64, emb_vec);
@@ -74,6 +94,25 @@ static void test_embedding_base64(void) {
         CU_ASSERT_PTR_NULL(json_object_get(j, "top"));
         json_decref(j);
         free(line);
+        /* Longer than one of the encoder's chunks (384 values), its last
+         * chunk padded: the same text as the whole vector encoded at once. */
+        {
+                static float v[1001];
+                static unsigned char bytes[sizeof(v)], whole[sizeof(v) / 3 * 4 + 8];
+                prediction_meta_t meta = { .model_id = "m", .output = { .kind = PREDICTION_KIND_EMBEDDING,
+                                                                        .format = PREDICTION_EMBEDDING_BASE64 } };
+                prediction_row_t row = { .embedding = v, .dim = 1001 };
+
+                for (int i = 0; i < 1001; i++)
+                        v[i] = (float)i * 0.37f - 100.0f;
+                prediction_embedding_f32le(v, 1001, bytes);
+                EVP_EncodeBlock(whole, bytes, (int)sizeof(bytes));
+                CU_ASSERT_FATAL(prediction_format_row(&line, &row, &meta) > 0);
+                j = json_loads(line, 0, NULL);
+                CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "embedding")), (const char *)whole);
+                json_decref(j);
+                free(line);
+        }
 }
 
 /* f32le: the vector's bytes little-endian, and a line without it (the
@@ -235,6 +274,7 @@ static void test_embedding_plan_counts(void) {
 int test_embedding_register(void) {
         static CU_TestInfo tests[] = {
                 { "json", test_embedding_json },
+                { "json_bound", test_embedding_json_bound },
                 { "base64", test_embedding_base64 },
                 { "f32le", test_embedding_f32le },
                 { "classes_unchanged", test_embedding_classes_unchanged },
