@@ -36,11 +36,12 @@ int cuda_im2col(cudaStream_t s, precision_t p, const void *in, int n, int h, int
 
 /* pool.cu: max pooling in (n, h, w, c) -> out (n, ho, wo, c) over k x k
  * windows (padding never wins); global average pooling in (n, h, w, c) ->
- * out (n, c). */
+ * out (n, c), and, when features is not NULL, the same means in fp32 to
+ * features (n, c) (the embeddings). */
 int cuda_maxpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, int k, int stride,
                  int pad, int ho, int wo, void *out, errbuf_t *err);
 int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, void *out,
-                 errbuf_t *err);
+                 float *features, errbuf_t *err);
 
 /* residual.cu: d (elems) <- relu(d + res) in p, elementwise: the residual
  * add of a bottleneck block when the GEMM does not fuse it (the BIAS

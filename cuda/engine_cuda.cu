@@ -677,7 +677,11 @@ static int cuda_submit(engine_t *e, int slot, int n, errbuf_t *err) {
                                  (size_t)n * ce->model->classes * sizeof(float), cudaMemcpyDeviceToHost, cs)) != cudaSuccess ||
             (c = cudaMemcpyAsync(host + ce->L.slot.topk_off, dev + ce->L.slot.topk_off,
                                  (size_t)n * ce->top_k * sizeof(engine_topk_t), cudaMemcpyDeviceToHost, cs)) !=
-                    cudaSuccess)
+                    cudaSuccess ||
+            (ce->L.slot.embedding_bytes &&
+             (c = cudaMemcpyAsync(host + ce->L.slot.embedding_off, dev + ce->L.slot.embedding_off,
+                                  (size_t)n * model_embedding_dim(ce->model) * sizeof(float), cudaMemcpyDeviceToHost,
+                                  cs)) != cudaSuccess))
                 return cuda_submit_fail(ce, cs, c, "copying a batch's results to the host", err);
         if ((c = cudaLaunchHostFunc(cs, cuda_on_done, &ce->cbs[slot])) != cudaSuccess)
                 return cuda_submit_fail(ce, cs, c, "queueing a batch's completion callback", err);
@@ -767,6 +771,15 @@ static const engine_topk_t *cuda_slot_topk(engine_t *e, int slot) {
         return (const engine_topk_t *)(cuda_engine_slot_host(ce, slot) + ce->L.slot.topk_off);
 }
 
+/* NULL without embeddings (engine.c asks only when they are planned). */
+static const float *cuda_slot_embedding(engine_t *e, int slot) {
+        cuda_engine_t *ce = (cuda_engine_t *)e->impl;
+
+        if (ce->L.slot.embedding_bytes == 0)
+                return NULL;
+        return (const float *)(cuda_engine_slot_host(ce, slot) + ce->L.slot.embedding_off);
+}
+
 static int cuda_completion_fd(engine_t *e) {
         cuda_engine_t *ce = (cuda_engine_t *)e->impl;
 
@@ -800,6 +813,7 @@ extern "C" const engine_ops_t engine_cuda_ops = {
         cuda_reap,
         cuda_slot_logits,
         cuda_slot_topk,
+        cuda_slot_embedding,
         cuda_completion_fd,
         cuda_swap_fits,
         cuda_swap,

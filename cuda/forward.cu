@@ -10,7 +10,9 @@
  *                ce->residual_kernel, a conv with a residual is the GEMM
  *                with the BIAS epilogue alone, then cuda_add_relu
  *   maxpool      (n, 112, 112, 64) -> (n, 56, 56, 64)
- *   avgpool      (n, 7, 7, F) -> (n, F); F = 512 (basic) or 2048
+ *   avgpool      (n, 7, 7, F) -> (n, F); F = 512 (basic) or 2048; with
+ *                embeddings planned, its fp32 means also go to the slot's
+ *                embedding region (n, F) fp32, copied back with the logits
  *   fc           (n, F) -> the slot's logits (n, classes) fp32: the FC
  *                writes fp32 straight into the slot's device staging
  *                instead of the model's logits tensor, whatever the precision
@@ -37,6 +39,13 @@ int cuda_forward_preprocess(cuda_engine_t *ce, cudaStream_t s, int slot, int n, 
                                (const int32_t *)(dev + ce->L.slot.formats_off),
                                (const int64_t *)(dev + ce->L.slot.offsets_off), n,
                                cuda_engine_tensor(ce, ce->model->input), err);
+}
+
+/* The slot's embedding region (fp32), or NULL when none is planned. */
+static float *cuda_forward_features(cuda_engine_t *ce, int slot) {
+        if (ce->L.slot.embedding_bytes == 0)
+                return NULL;
+        return (float *)(cuda_engine_slot_dev(ce, slot) + ce->L.slot.embedding_off);
 }
 
 int cuda_forward_head(cuda_engine_t *ce, cudaStream_t s, int slot, int n, errbuf_t *err) {
@@ -160,7 +169,7 @@ int cuda_forward_op(cuda_engine_t *ce, cudaStream_t s, int i, int slot, int n, e
                 return r < 0 ? errbuf_prefix(err, r, "%s", op->name) : 0;
         case MODEL_OP_AVGPOOL:
                 r = cuda_avgpool(s, ce->precision, cuda_engine_tensor(ce, op->in), n, op->h_in, op->w_in, op->cin,
-                                 cuda_engine_tensor(ce, op->out), err);
+                                 cuda_engine_tensor(ce, op->out), cuda_forward_features(ce, slot), err);
                 return r < 0 ? errbuf_prefix(err, r, "%s", op->name) : 0;
         case MODEL_OP_FC:
                 return forward_fc(ce, s, i, slot, n, err);

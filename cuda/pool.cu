@@ -6,6 +6,10 @@
  *            it once: (n, 112, 112, 64) -> (n, 56, 56, 64), k 3, s 2, p 1.
  *   avgpool  in (n, h, w, c) -> out (n, c), the mean over h * w in fp32.
  *            ResNet-50: (n, 7, 7, 2048) -> (n, 2048); resnet18/34: 512.
+ *            With features (not NULL), each fp32 mean also goes there,
+ *            (n, c) fp32 before its rounding to the precision: the
+ *            record's embedding (the slot's embedding region), at no
+ *            second pass over the activations.
  *
  * Both are memory-bound one-thread-per-output kernels with channel-fastest
  * indexing, so neighbouring threads touch neighbouring channels (coalesced).
@@ -43,9 +47,8 @@ __host__ __device__ __forceinline__ T maxpool_elem(const T *in, long long i, int
         return cuda_from_f32<T>(m);
 }
 
-/* Output element i = b * c + ch of the global average pool. */
-template <typename T>
-__host__ __device__ __forceinline__ T avgpool_elem(const T *in, long long i, int hw, int c) {
+/* Output element i = b * c + ch of the global average pool, in fp32. */
+template <typename T> __host__ __device__ __forceinline__ float avgpool_mean(const T *in, long long i, int hw, int c) {
         int ch = (int)(i % c);
         long long b = i / c;
         const T *p = in + b * hw * c + ch;
@@ -53,7 +56,13 @@ __host__ __device__ __forceinline__ T avgpool_elem(const T *in, long long i, int
 
         for (int j = 0; j < hw; j++)
                 sum += cuda_to_f32(p[(long long)j * c]);
-        return cuda_from_f32<T>(sum / (float)hw);
+        return sum / (float)hw;
+}
+
+/* The same in the storage type. */
+template <typename T>
+__host__ __device__ __forceinline__ T avgpool_elem(const T *in, long long i, int hw, int c) {
+        return cuda_from_f32<T>(avgpool_mean(in, i, hw, c));
 }
 
 template <typename T>
@@ -66,12 +75,17 @@ __global__ void maxpool_kernel(const T *in, int n, int h, int w, int c, int k, i
                 out[i] = maxpool_elem(in, i, h, w, c, k, stride, pad, ho, wo);
 }
 
-template <typename T> __global__ void avgpool_kernel(const T *in, int n, int hw, int c, T *out) {
+template <typename T> __global__ void avgpool_kernel(const T *in, int n, int hw, int c, T *out, float *features) {
         long long total = (long long)n * c;
 
         for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-             i += (long long)gridDim.x * blockDim.x)
-                out[i] = avgpool_elem(in, i, hw, c);
+             i += (long long)gridDim.x * blockDim.x) {
+                float v = avgpool_mean(in, i, hw, c);
+
+                out[i] = cuda_from_f32<T>(v);
+                if (features)
+                        features[i] = v;
+        }
 }
 
 int cuda_maxpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, int k, int stride,
@@ -92,7 +106,7 @@ int cuda_maxpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
 }
 
 int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, int w, int c, void *out,
-                 errbuf_t *err) {
+                 float *features, errbuf_t *err) {
         unsigned blocks;
 
         assert(in && out && n >= 1 && h >= 1 && w >= 1 && c >= 1);
@@ -100,7 +114,7 @@ int cuda_avgpool(cudaStream_t s, precision_t p, const void *in, int n, int h, in
         return cuda_launch_typed(p, "avgpool", err, [&](auto st) {
                 typedef typename decltype(st)::type T;
 
-                avgpool_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>((const T *)in, n, h * w, c, (T *)out);
+                avgpool_kernel<T><<<blocks, CUDA_THREADS, 0, s>>>((const T *)in, n, h * w, c, (T *)out, features);
         });
 }
 

@@ -2,6 +2,7 @@
  * handling that the daemon uses. Also prints the memory plan (--plan) and
  * measures throughput (--bench). This file is argument parsing and I/O only:
  * everything it computes comes from the engine, plan and model modules. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -41,6 +42,9 @@ typedef struct run_args {
         const char *labels;
         const char *logits;
         const char *rgb8;       /* --rgb8 OUT: the 224x224x3 records as fed */
+        const char *embeddings; /* --embeddings OUT: N x dim float32, as printed (normalised) */
+        prediction_output_t output;     /* --embedding, --embedding-only, --embedding-format, -normalize */
+        bool embedding_options;         /* --embedding-format or --embedding-normalize was given */
         uint64_t max_pixels;    /* --max-pixels, as [decode] max_pixels */
         uint64_t max_bytes;     /* --max-bytes, as [decode] max_bytes */
         bool decode_fast;       /* --decode-fast, as [decode] fast = yes */
@@ -57,7 +61,9 @@ static void run_usage(FILE *out) {
         fputs("usage:\n"
               "  inferd-run --weights FILE [--labels FILE] [--backend auto|cpu|cuda] [--precision fp32|fp16|bf16]\n"
               "             [--batch N] [--top K] [--logits OUT] [--rgb8 OUT] [--max-pixels N] [--max-bytes SIZE]\n"
-              "             [--decode-fast] [--exif-orientation[=yes|no]] INPUT...\n"
+              "             [--decode-fast] [--exif-orientation[=yes|no]]\n"
+              "             [--embedding | --embedding-only] [--embedding-format json|f32le|base64]\n"
+              "             [--embedding-normalize none|l2] [--embeddings OUT] INPUT...\n"
               "  inferd-run --plan [--json] [--device-memory SIZE] [--budget SIZE|PCT] [--host-budget SIZE]\n"
               "             [--precision P] [--backend B] [--batch N] [--weights FILE]\n"
               "  inferd-run --bench SECONDS [--batch N] [--backend B] [--precision P] [--weights FILE]\n"
@@ -75,6 +81,12 @@ static void run_usage(FILE *out) {
               "--exif-orientation turns each image as its EXIF orientation tag says before the\n"
               "resize (as PIL's ImageOps.exif_transpose), as [decode] exif_orientation = yes\n"
               "(off by default, as torchvision ignores the tag).\n"
+              "--embedding adds each input's embedding (the pooled features that feed the fc) to\n"
+              "its line, as [output] kind = both; --embedding-only prints it instead of the\n"
+              "classes, as kind = embedding; --embedding-format and --embedding-normalize as\n"
+              "[output] embedding_format and embedding_normalize (f32le leaves the vector out of\n"
+              "the line: give --embeddings OUT); --embeddings writes the N x dim float32 vectors\n"
+              "(little-endian, normalised as printed) in argument order, and implies --embedding.\n"
               "SIZE is a byte count with an optional KiB/MiB/GiB suffix; PCT a percentage of the\n"
               "device's memory. Other options: --device N (CUDA ordinal), --depth N (pipeline slots),\n"
               "--version.\n",
@@ -144,7 +156,20 @@ static int run_parse_yes_no(const char *opt, const char *s, bool *ret) {
 enum {
         OPT_PLAN = 256, OPT_JSON, OPT_DEVICE_MEMORY, OPT_BUDGET, OPT_HOST_BUDGET, OPT_BENCH, OPT_DEVICE,
         OPT_DEPTH, OPT_RGB8, OPT_MAX_PIXELS, OPT_MAX_BYTES, OPT_DECODE_FAST, OPT_EXIF_ORIENTATION, OPT_VERSION,
+        OPT_EMBEDDING, OPT_EMBEDDING_ONLY, OPT_EMBEDDING_FORMAT, OPT_EMBEDDING_NORMALIZE, OPT_EMBEDDINGS,
 };
+
+/* A value among names (prediction.h's tables) into *ret, an enum's index. */
+static int run_parse_choice(const char *opt, const char *s, const char *const *names, int *ret) {
+        for (int i = 0; names[i]; i++)
+                if (strcmp(s, names[i]) == 0) {
+                        *ret = i;
+                        return 0;
+                }
+        fprintf(stderr, "inferd-run: %s: '%s' is not one of %s, %s%s%s\n", opt, s, names[0], names[1],
+                names[2] ? ", " : "", names[2] ? names[2] : "");
+        return -EINVAL;
+}
 
 /* One option c of getopt_long (its value in optarg) into *a. Returns 0, 1
  * for --help, 2 for --version, or -EINVAL after printing the reason. */
@@ -208,6 +233,23 @@ static int run_parse_option(run_args_t *a, int c, char **argv) {
                 return 0;
         case OPT_EXIF_ORIENTATION:
                 return run_parse_yes_no("--exif-orientation", optarg, &a->exif_orientation);
+        case OPT_EMBEDDING:
+                a->output.kind = PREDICTION_KIND_BOTH;
+                return 0;
+        case OPT_EMBEDDING_ONLY:
+                a->output.kind = PREDICTION_KIND_EMBEDDING;
+                return 0;
+        case OPT_EMBEDDING_FORMAT:
+                a->embedding_options = true;
+                return run_parse_choice("--embedding-format", optarg, prediction_format_names,
+                                        (int *)&a->output.format);
+        case OPT_EMBEDDING_NORMALIZE:
+                a->embedding_options = true;
+                return run_parse_choice("--embedding-normalize", optarg, prediction_normalize_names,
+                                        (int *)&a->output.normalize);
+        case OPT_EMBEDDINGS:
+                a->embeddings = optarg;
+                return 0;
         case 'h':
                 return 1;
         case OPT_VERSION:
@@ -238,10 +280,24 @@ static int run_check_args(run_args_t *a) {
                         fprintf(stderr, "inferd-run: no INPUT files given (see --help)\n");
                         return -EINVAL;
                 }
-        } else if (a->logits || a->labels || a->rgb8) {
-                fprintf(stderr, "inferd-run: --logits, --rgb8 and --labels go with INPUT files only\n");
+        } else if (a->logits || a->labels || a->rgb8 || a->embeddings) {
+                fprintf(stderr, "inferd-run: --logits, --rgb8, --embeddings and --labels go with INPUT files only\n");
                 return -EINVAL;
         }
+        if (a->embeddings && !prediction_has_embedding(&a->output))
+                a->output.kind = PREDICTION_KIND_BOTH;  /* --embeddings alone: the lines say it too */
+        if (a->embedding_options && !prediction_has_embedding(&a->output)) {
+                fprintf(stderr, "inferd-run: --embedding-format and --embedding-normalize go with --embedding, "
+                        "--embedding-only or --embeddings\n");
+                return -EINVAL;
+        }
+        if (prediction_has_embedding(&a->output) && a->output.format == PREDICTION_EMBEDDING_F32LE && !a->embeddings) {
+                fprintf(stderr, "inferd-run: --embedding-format f32le leaves the vectors out of the lines: give "
+                        "--embeddings OUT for them (or use json or base64)\n");
+                return -EINVAL;
+        }
+        /* --plan and --bench plan the embeddings' buffers too. */
+        a->engine.embedding = prediction_has_embedding(&a->output);
         /* The plan is made for the batch asked for; --plan alone plans the largest that fits. */
         if (a->batch > 0)
                 a->engine.max_batch = a->batch;
@@ -279,6 +335,11 @@ static int run_parse_args(int argc, char **argv, run_args_t *a) {
                 { "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
                 { "decode-fast", no_argument, NULL, OPT_DECODE_FAST },
                 { "exif-orientation", optional_argument, NULL, OPT_EXIF_ORIENTATION },
+                { "embedding", no_argument, NULL, OPT_EMBEDDING },
+                { "embedding-only", no_argument, NULL, OPT_EMBEDDING_ONLY },
+                { "embedding-format", required_argument, NULL, OPT_EMBEDDING_FORMAT },
+                { "embedding-normalize", required_argument, NULL, OPT_EMBEDDING_NORMALIZE },
+                { "embeddings", required_argument, NULL, OPT_EMBEDDINGS },
                 { "version", no_argument, NULL, OPT_VERSION },
                 { "help", no_argument, NULL, 'h' },
                 {}
@@ -447,13 +508,18 @@ static int run_check_inputs(const run_args_t *a) {
 }
 
 /* Prints the predictions of a completed slot, one line per input; an input
- * whose logits are not finite gets an error line on stderr instead (the
- * daemon's non-finite-output) and counts in *refused. */
+ * whose logits (or embedding) are not finite gets an error line on stderr
+ * instead (the daemon's non-finite-output) and counts in *refused. With
+ * embeddings, each is prepared as the daemon's (normalised) and written to
+ * emb_out too when given (a refused input's as zeros, so that rows keep
+ * their inputs' order). */
 static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const labels_t *labels, int slot, int first,
-                    int n, double latency_ms, FILE *logits_out, int *refused) {
+                    int n, double latency_ms, FILE *logits_out, FILE *emb_out, int *refused) {
         const engine_topk_t *top = engine_slot_topk(e, slot);
         const float *logits = engine_slot_logits(e, slot);
-        int k = engine_plan_of(e)->top_k;
+        const float *emb = engine_slot_embedding(e, slot);     /* (n, dim) or NULL */
+        int k = engine_plan_of(e)->top_k, dim = engine_embedding_dim(e);
+        float vec[PREDICTION_EMBEDDING_DIM_MAX];
 
         for (int i = 0; i < n; i++) {
                 prediction_meta_t meta = {
@@ -462,23 +528,39 @@ static int run_emit(engine_t *e, const run_args_t *a, const model_t *m, const la
                         .precision = precision_name(engine_precision(e)),
                         .input = a->inputs[first + i],
                         .labels = labels,
+                        .output = a->output,
                 };
+                prediction_row_t row = { .top = top + (size_t)i * k, .k = k, .embedding = vec, .dim = dim,
+                                         .latency_ms = latency_ms };
                 char *line;
 
-                if (!engine_topk_is_finite(top + (size_t)i * k)) {
+                assert(!emb || dim <= PREDICTION_EMBEDDING_DIM_MAX);
+                memset(vec, 0, sizeof(vec));
+                if (!engine_topk_is_finite(top + (size_t)i * k) ||
+                    (emb && prediction_embedding_prepare(&a->output, emb + (size_t)i * dim, dim, vec) < 0)) {
                         fflush(stdout);
-                        fprintf(stderr, "inferd-run: %s: the model's output is not finite (a NaN or infinite logit), "
-                                "so there is no prediction [%s]\n", a->inputs[first + i],
+                        fprintf(stderr, "inferd-run: %s: the model's output is not finite (a NaN or infinite logit "
+                                "or embedding value), so there is no prediction [%s]\n", a->inputs[first + i],
                                 RECORD_ERR_NON_FINITE_OUTPUT);
+                        memset(vec, 0, sizeof(vec));
                         (*refused)++;
-                        continue;
+                } else {
+                        if (prediction_format_row(&line, &row, &meta) < 0) {
+                                fprintf(stderr, "inferd-run: out of memory\n");
+                                return -ENOMEM;
+                        }
+                        puts(line);
+                        free(line);
                 }
-                if (prediction_format(&line, top + (size_t)i * k, k, latency_ms, &meta) < 0) {
-                        fprintf(stderr, "inferd-run: out of memory\n");
-                        return -ENOMEM;
+                if (emb_out) {
+                        unsigned char raw[sizeof(vec)];
+
+                        prediction_embedding_f32le(vec, dim, raw);
+                        if (fwrite(raw, sizeof(float), (size_t)dim, emb_out) != (size_t)dim) {
+                                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->embeddings, strerror(errno));
+                                return -EIO;
+                        }
                 }
-                puts(line);
-                free(line);
         }
         if (logits_out && fwrite(logits, sizeof(float) * (size_t)m->classes, (size_t)n, logits_out) != (size_t)n) {
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->logits, strerror(errno));
@@ -496,7 +578,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
         int refused = 0;        /* inputs without a prediction (non-finite logits) */
         int first[16], count[16];
         double started[16];
-        FILE *logits_out = NULL, *rgb8_out = NULL;
+        FILE *logits_out = NULL, *rgb8_out = NULL, *emb_out = NULL;
         decode_t *dec = NULL;
         errbuf_t err;
 
@@ -516,13 +598,15 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         goto out;
                 }
         }
-        if (a->rgb8) {
-                rgb8_out = fopen(a->rgb8, "we");
-                if (!rgb8_out) {
-                        r = -errno;
-                        fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->rgb8, strerror(errno));
-                        goto out;
-                }
+        if (a->rgb8 && !(rgb8_out = fopen(a->rgb8, "we"))) {
+                r = -errno;
+                fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->rgb8, strerror(errno));
+                goto out;
+        }
+        if (a->embeddings && !(emb_out = fopen(a->embeddings, "we"))) {
+                r = -errno;
+                fprintf(stderr, "inferd-run: %s: cannot create: %s\n", a->embeddings, strerror(errno));
+                goto out;
         }
         while (next < a->n_inputs || in_flight > 0) {
                 while (next < a->n_inputs && in_flight < depth) {
@@ -553,7 +637,7 @@ static int run_infer(engine_t *e, const run_args_t *a, const model_t *m, const l
                         goto out;
                 }
                 r = run_emit(e, a, m, labels, oldest, first[oldest], count[oldest], run_now_ms() - started[oldest],
-                             logits_out, &refused);
+                             logits_out, emb_out, &refused);
                 if (r < 0)
                         goto out;
                 oldest = (oldest + 1) % depth;
@@ -573,6 +657,10 @@ out:
         }
         if (rgb8_out && fclose(rgb8_out) != 0 && r == 0) {
                 fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->rgb8, strerror(errno));
+                r = -EIO;
+        }
+        if (emb_out && fclose(emb_out) != 0 && r == 0) {
+                fprintf(stderr, "inferd-run: %s: write failed: %s\n", a->embeddings, strerror(errno));
                 r = -EIO;
         }
         decode_free(dec);

@@ -234,6 +234,21 @@ static int cfg_parse_quantity(const cfg_key_t *k, const char *v, void *field, er
         return -EINVAL;
 }
 
+/* A CFG_T_CHOICE value: its index among k's choices into the enum field. */
+static int cfg_parse_choice(const cfg_key_t *k, const char *v, void *field, errbuf_t *err) {
+        char names[128] = "";
+
+        assert(k->choices && k->size == sizeof(int));
+        for (int i = 0; k->choices[i]; i++) {
+                if (strcmp(v, k->choices[i]) == 0) {
+                        *(int *)field = i;
+                        return 0;
+                }
+                snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "", k->choices[i]);
+        }
+        return errbuf_set(err, -EINVAL, "'%s' is not one of %s", v, names);
+}
+
 /* Parses v as key k into c. On error, writes the sentence after
  * "<file>: [section] key: " into err and returns -EINVAL. */
 static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t *err) {
@@ -286,6 +301,9 @@ static int cfg_parse_value(const cfg_key_t *k, const char *v, cfg_t *c, errbuf_t
                         return errbuf_set(err, -EINVAL, "'%s' is not one of dlq, skip", v);
                 return 0;
 
+        case CFG_T_CHOICE:
+                return cfg_parse_choice(k, v, field, err);
+
         case CFG_T_DELIVERY:
                 if (strcmp(v, "at-least-once") == 0)
                         *(cfg_delivery_t *)field = CFG_DELIVERY_AT_LEAST_ONCE;
@@ -330,6 +348,8 @@ static const char *cfg_format_value(const cfg_key_t *k, const cfg_t *c, char *bu
                 return units_format_duration_ms(*(const uint64_t *)field, buf, len);
         case CFG_T_AGE_ACTION:
                 return *(const cfg_age_action_t *)field == CFG_AGE_SKIP ? "skip" : "dlq";
+        case CFG_T_CHOICE:
+                return k->choices[*(const int *)field];
         }
         return "?";
 }

@@ -34,6 +34,7 @@
 
 #include "core/errbuf.h"
 #include "core/plan.h"
+#include "engine/prediction.h"
 
 #define CFG_DEFAULT_PATH "/etc/inferd/inferd.ini"
 
@@ -148,6 +149,12 @@ typedef struct cfg {
                 bool exif_orientation;  /* turn images as their EXIF says (decode_set_exif_orientation) */
                 int max_scan_megapixels;        /* 0..2^31-1; 0 = no limit (decode_set_max_scan_megapixels) */
         } decode;
+
+        struct {
+                prediction_kind_t kind;                         /* classes, embedding or both */
+                prediction_embedding_format_t embedding_format; /* json, f32le or base64 */
+                prediction_normalize_t embedding_normalize;     /* none or l2 */
+        } output;
 } cfg_t;
 
 /* Opens the weights and the labels c names and checks them without loading

@@ -50,6 +50,7 @@ static const char *cfg_type_name(cfg_type_t t) {
         case CFG_T_LISTEN: return "address";
         case CFG_T_DURATION: return "duration";
         case CFG_T_AGE_ACTION: return "dlq or skip";
+        case CFG_T_CHOICE: return "choice";
         case CFG_T_BROKERS: return "addresses";
         }
         return "?";
@@ -95,6 +96,11 @@ static const char *cfg_range_text(const cfg_key_t *k, char *buf, size_t len) {
                 return buf;
         case CFG_T_AGE_ACTION:
                 return "dlq, skip";
+        case CFG_T_CHOICE:
+                buf[0] = '\0';
+                for (int i = 0; k->choices[i]; i++)
+                        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? ", " : "", k->choices[i]);
+                return buf;
         case CFG_T_BROKERS:
                 return "host:port[,host:port...]";
         }

@@ -352,13 +352,28 @@ const cfg_key_t cfg_keys[] = {
                 .reload = CFG_RELOAD_RESTART, F(decode.max_scan_megapixels),
                 .description = "The decode cost limit: a JPEG whose scans times its megapixels is over this is refused as too-costly before it is decoded (its scans are counted from its markers). A usual progressive JPEG has 10 scans, a baseline one 1; 499 nearly empty scans of a 49 MP image took 4.8 s and held up the records around it. 0: no limit.",
         },
+        {
+                .section = "output", .name = "kind", .type = CFG_T_CHOICE, .def = "classes",
+                .choices = prediction_kind_names, .reload = CFG_RELOAD_RESTART, F(output.kind),
+                .description = "What a prediction carries: classes (the top-k, the schema of docs/records.md), embedding (the image's embedding, the global-average-pooled features that feed the fc: 2048 values for resnet50/101/152 and the wide ones, 512 for resnet18/34, instead of the classes) or both. With an embedding, every output has the headers inferd-embedding-dim and inferd-model, and the plan counts the slots' embedding buffers.",
+        },
+        {
+                .section = "output", .name = "embedding_format", .type = CFG_T_CHOICE, .def = "json",
+                .choices = prediction_format_names, .reload = CFG_RELOAD_RESTART, F(output.embedding_format),
+                .description = "How the embedding is written: json (\"embedding\":[...] in the prediction, numbers that read back as the same float32), f32le (the record's value is the raw float32 little-endian vector, and the prediction's JSON is in the header inferd-prediction) or base64 (\"embedding\":\"...\", the f32le bytes in base64). Only with kind = embedding or both.",
+        },
+        {
+                .section = "output", .name = "embedding_normalize", .type = CFG_T_CHOICE, .def = "none",
+                .choices = prediction_normalize_names, .reload = CFG_RELOAD_RESTART, F(output.embedding_normalize),
+                .description = "none (the features as the model computes them) or l2 (divided by their L2 norm, so that a dot product is the cosine similarity). Only with kind = embedding or both.",
+        },
 };
 
 const size_t cfg_nkeys = sizeof(cfg_keys) / sizeof(cfg_keys[0]);
 _Static_assert(sizeof(cfg_keys) / sizeof(cfg_keys[0]) <= CFG_KEYS_MAX, "raise CFG_KEYS_MAX");
 
 static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
-                                             "metrics", "decode" };
+                                             "metrics", "decode", "output" };
 
 const cfg_reserved_t cfg_reserved[] = {
         { CFG_SECTION_CONSUMER, "bootstrap.servers", "set [kafka] brokers instead" },

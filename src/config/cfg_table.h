@@ -32,6 +32,7 @@ typedef enum cfg_type {
         CFG_T_DURATION,         /* a duration with a unit ("90s", "10m") or 0, in [min, max] ms */
         CFG_T_AGE_ACTION,       /* dlq or skip */
         CFG_T_BROKERS,          /* host:port[,host:port...] */
+        CFG_T_CHOICE,           /* one of the row's choices; the field is an enum (an int): its index */
 } cfg_type_t;
 
 /* Hands next's value of the row's key to the setter of ops that applies it;
@@ -48,6 +49,7 @@ typedef struct cfg_key {
         cfg_apply_fn apply;     /* LIVE: required; SWAP: optional (applies it without a swap when it can);
                                  * RESTART: NULL */
         bool optional;          /* CFG_T_PATH: "" means none */
+        const char *const *choices;     /* CFG_T_CHOICE: the names, in the enum's order, NULL-terminated */
         size_t offset;          /* of the field in cfg_t */
         size_t size;            /* of the field: the text types' capacity, and what a copy copies */
         const char *description;

@@ -164,4 +164,9 @@ void model_free(model_t *m);
 /* Index of the op called name, or -1. */
 int model_find_op(const model_t *m, const char *name);
 
+/* The embedding's length: the global average pool's channels, which feed
+ * the fc (fc's cin): 2048 for resnet50/101/152 and the wide ones, 512 for
+ * resnet18/34. */
+int model_embedding_dim(const model_t *m);
+
 #endif

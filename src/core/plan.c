@@ -376,6 +376,7 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
         p->max_batch = batch;
         p->pipeline_depth = req->pipeline_depth;
         p->top_k = req->top_k;
+        p->embedding_dim = req->embedding ? model_embedding_dim(m) : 0;
         snprintf(p->model, sizeof(p->model), "%s", m->arch.name);
         p->classes = m->classes;
         p->record_bytes = req->record_bytes;
@@ -658,6 +659,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"workspace_bytes\":%llu,\"staging_bytes\":%llu,\"context_bytes\":%llu,\"graph_bytes\":%llu,"
                 "\"pinned_host_bytes\":%llu,\"total_bytes\":%llu,\"budget_bytes\":%llu,"
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
+                "\"embedding_dim\":%d,\"embedding_bytes\":%llu,"
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_staging_bytes\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
@@ -673,7 +675,8 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->engine.graph_bytes, (unsigned long long)p->pinned_host_bytes,
                 (unsigned long long)p->total_bytes, (unsigned long long)p->budget_bytes,
                 (unsigned long long)p->device_memory_bytes, (unsigned long long)p->host_budget_bytes,
-                p->record_bytes, p->top_k, plan_limit_name(p->limit), p->operand_batch_cap,
+                p->record_bytes, p->top_k, p->embedding_dim, (unsigned long long)p->engine.embedding_bytes,
+                plan_limit_name(p->limit), p->operand_batch_cap,
                 (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
                 (unsigned long long)p->decode.library_bytes, (unsigned long long)p->decode_staging_bytes,
@@ -729,6 +732,10 @@ int plan_write_text(const plan_t *p, FILE *out) {
         if (p->pinned_host_bytes > p->engine.pinned_host_bytes)
                 fprintf(out, "  %-22s %12s  (allocated at start and kept by a model swap in place; this batch "
                         "carves %s of them)\n", "", "", units_format_size(p->engine.pinned_host_bytes, a, sizeof(a)));
+        if (p->embedding_dim > 0)
+                fprintf(out, "  %-22s %12s  (in the pinned host bytes: %d fp32 a record, every slot position%s)\n",
+                        "  embeddings", units_format_size(p->engine.embedding_bytes, a, sizeof(a)), p->embedding_dim,
+                        p->backend == BACKEND_CUDA ? "; as much again in the device staging" : "");
         if (p->decode_threads > 0) {
                 fprintf(out, "  decode (host, pageable): %d context%s for images up to %llu pixels (%s)\n",
                         p->decode_threads, p->decode_threads == 1 ? "" : "s", (unsigned long long)p->decode_max_pixels,

@@ -83,6 +83,10 @@ typedef struct plan_engine_terms {
          * CPU engine's oneDNN convs, whose sum post-op reads the output):
          * the planner places the two at one offset. */
         bool residual_in_place;
+        /* The slots' embedding outputs (plan_request_t embedding): (batch,
+         * dim) fp32 a slot, in the pinned host bytes (and on the CUDA
+         * engine in its staging too); counted there, shown apart. */
+        uint64_t embedding_bytes;
 } plan_engine_terms_t;
 
 /* The host buffers of one decode context (src/decode carves them from these
@@ -272,6 +276,8 @@ typedef struct plan_request {
         bool cpu_keep_conv_weights;     /* the CPU engine leaves the model its folded conv weights
                                          * (tests only; engine_options_t) */
         int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default */
+        bool embedding;                 /* the engine gives each record's embedding too (the pooled
+                                         * features, model_embedding_dim fp32): [output] kind */
 } plan_request_t;
 
 typedef struct plan {
@@ -285,6 +291,7 @@ typedef struct plan {
                                          * PLAN_OPERAND_ELEMS_LIMIT; 0: no such cap */
         int pipeline_depth;
         int top_k;
+        int embedding_dim;              /* the request's embedding: model_embedding_dim; 0 when not planned */
         size_t record_bytes;
         uint64_t device_memory_bytes;
         uint64_t budget_bytes;

@@ -746,6 +746,11 @@ static int daemon_start_pipeline(daemon_t *d, errbuf_t *err) {
                         .precision = precision_name(engine_precision(d->engine)),
                         .instance = d->cfg->service.instance,
                         .labels = d->labels,
+                        .output = {
+                                .kind = d->cfg->output.kind,
+                                .format = d->cfg->output.embedding_format,
+                                .normalize = d->cfg->output.embedding_normalize,
+                        },
                 },
                 .decode = d->decode,
         };

@@ -32,6 +32,8 @@ void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budge
         o->max_batch = c->memory.max_batch;
         o->pipeline_depth = DAEMON_PIPELINE_DEPTH;
         o->top_k = c->service.top_k;
+        /* [output] kind: the slots hold each record's embedding too. */
+        o->embedding = c->output.kind != PREDICTION_KIND_CLASSES;
         /* The decode contexts are planned as the daemon makes them, from the
          * host budget (plan_decode_fit); librdkafka keeps at least its
          * floor of it. */

@@ -124,6 +124,7 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->cpu_threads = o->cpu_threads;
         req->cpu_reference = o->cpu_reference;
         req->cpu_keep_conv_weights = o->cpu_keep_conv_weights;
+        req->embedding = o->embedding;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
         return 0;
 }
@@ -193,6 +194,7 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
          * precision and the batch may change. */
         so.backend = e->request.backend;
         so.cpu_keep_conv_weights = e->request.cpu_keep_conv_weights;
+        so.embedding = e->request.embedding;    /* the slots' outputs stay as opened */
         so.pipeline_depth = e->plan.pipeline_depth;
         /* The top-k opened with, within the new model's classes. */
         so.top_k = e->request.top_k < next->classes ? e->request.top_k : next->classes;
@@ -410,6 +412,16 @@ const float *engine_slot_logits(engine_t *e, int slot) {
 
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot) {
         return e->ops->slot_topk(e, slot);
+}
+
+const float *engine_slot_embedding(engine_t *e, int slot) {
+        if (e->plan.embedding_dim == 0 || !e->ops->slot_embedding)
+                return NULL;
+        return e->ops->slot_embedding(e, slot);
+}
+
+int engine_embedding_dim(const engine_t *e) {
+        return e->plan.embedding_dim;
 }
 
 int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err) {

@@ -75,6 +75,7 @@ typedef struct engine_ops {
         int (*reap)(engine_t *e, int *slot, errbuf_t *err);     /* 1 + slot, 0 none, -errno */
         const float *(*slot_logits)(engine_t *e, int slot);     /* (n, classes) fp32 */
         const engine_topk_t *(*slot_topk)(engine_t *e, int slot);       /* (n, top_k) */
+        const float *(*slot_embedding)(engine_t *e, int slot);  /* (n, embedding_dim) fp32; only planned */
         int (*completion_fd)(engine_t *e);
         /* A model swap in place (engine_swap_plan, engine_swap); NULL in an
          * executor that cannot swap. swap_fits: whether plan (made for next)
@@ -152,6 +153,8 @@ typedef struct engine_options {
         bool cpu_keep_conv_weights;     /* tests only: the CPU engine leaves the model its folded conv
                                          * weights after its reorder (another engine opens on the same
                                          * model); the plan then charges them */
+        bool embedding;                 /* each slot also gives its records' embeddings (engine_slot_embedding);
+                                         * the plan counts their bytes */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);
@@ -243,6 +246,15 @@ int engine_device_memory(engine_t *e, engine_device_memory_t *ret, errbuf_t *err
  * (ENGINE_TOPK_NONFINITE above). */
 const float *engine_slot_logits(engine_t *e, int slot);
 const engine_topk_t *engine_slot_topk(engine_t *e, int slot);
+
+/* The embeddings of a completed slot: (n, engine_embedding_dim) fp32, each
+ * row the global average pool's output that feeds the fc (torchvision's
+ * penultimate features, fc = Identity()), as computed: not normalised.
+ * NULL when the engine was opened without engine_options_t embedding. */
+const float *engine_slot_embedding(engine_t *e, int slot);
+/* The embedding's length (model_embedding_dim of the model now running: a
+ * swap may change it), or 0 when the engine gives none. */
+int engine_embedding_dim(const engine_t *e);
 
 /* A model swap in place: a reload that changes the weights file, the
  * precision or a budget, applied without a restart and without a second

@@ -73,6 +73,7 @@ typedef struct engine_cpu_layout {
         size_t input_bytes_per_slot;    /* host: pack_capacity_bytes(batch), records packed by format */
         size_t logits_bytes_per_slot;   /* host: (batch, classes) fp32 */
         size_t topk_bytes_per_slot;     /* host: (batch, top_k) */
+        size_t embedding_bytes_per_slot; /* host: (batch, embedding dim) fp32, or 0 without embeddings */
         size_t host_bytes;              /* all slots */
 } engine_cpu_layout_t;
 
@@ -127,7 +128,7 @@ static void engine_cpu_bf16_staging(const model_t *m, int batch, size_t *sample_
  * in an arena of arena_elems_per_sample a sample (a plan's placement). */
 static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_MAX_TENSORS],
                              size_t arena_elems_per_sample, int batch, int depth, int top_k, precision_t p,
-                             bool reference, engine_cpu_layout_t *l, errbuf_t *err) {
+                             bool reference, bool embedding, engine_cpu_layout_t *l, errbuf_t *err) {
         size_t ws = 0, copy = 0, kernels = 0;
 
         memset(l, 0, sizeof(*l));
@@ -156,7 +157,10 @@ static int engine_cpu_layout(const model_t *m, const size_t tensor_offset[MODEL_
         l->input_bytes_per_slot = engine_cpu_align(pack_capacity_bytes(batch));
         l->logits_bytes_per_slot = engine_cpu_align((size_t)batch * m->classes * sizeof(float));
         l->topk_bytes_per_slot = engine_cpu_align((size_t)batch * top_k * sizeof(engine_topk_t));
-        l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot);
+        l->embedding_bytes_per_slot =
+                embedding ? engine_cpu_align((size_t)batch * model_embedding_dim(m) * sizeof(float)) : 0;
+        l->host_bytes = (size_t)depth * (l->input_bytes_per_slot + l->logits_bytes_per_slot + l->topk_bytes_per_slot +
+                                         l->embedding_bytes_per_slot);
         return 0;
 }
 
@@ -174,7 +178,7 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
                 return -EINVAL;
         arena = plan_place_tensors(m, in_place, offsets);
         r = engine_cpu_layout(m, offsets, arena, batch, req->pipeline_depth, req->top_k, req->precision,
-                              req->cpu_reference, &l, &err);
+                              req->cpu_reference, req->embedding, &l, &err);
         if (r < 0)
                 return r;
         /* The activations are the planner's own term (placed as asked
@@ -187,6 +191,7 @@ int engine_cpu_plan_terms(const model_t *m, const plan_request_t *req, int batch
                 .pinned_host_bytes = l.host_bytes,
                 .weights_copy_bytes = l.weights_copy_bytes,
                 .residual_in_place = in_place,
+                .embedding_bytes = (uint64_t)req->pipeline_depth * l.embedding_bytes_per_slot,
         };
         return 0;
 }
@@ -233,7 +238,8 @@ static unsigned char *engine_cpu_slot_base(engine_t *e, int slot) {
 
         return (unsigned char *)c->host + (size_t)slot * (c->layout.input_bytes_per_slot +
                                                           c->layout.logits_bytes_per_slot +
-                                                          c->layout.topk_bytes_per_slot);
+                                                          c->layout.topk_bytes_per_slot +
+                                                          c->layout.embedding_bytes_per_slot);
 }
 
 static void *engine_cpu_slot_input(engine_t *e, int slot) {
@@ -251,6 +257,15 @@ static const engine_topk_t *engine_cpu_slot_topk(engine_t *e, int slot) {
 
         return (const engine_topk_t *)(engine_cpu_slot_base(e, slot) + c->layout.input_bytes_per_slot +
                                        c->layout.logits_bytes_per_slot);
+}
+
+static const float *engine_cpu_slot_embedding(engine_t *e, int slot) {
+        engine_cpu_t *c = e->impl;
+
+        if (c->layout.embedding_bytes_per_slot == 0)
+                return NULL;
+        return (const float *)(engine_cpu_slot_base(e, slot) + c->layout.input_bytes_per_slot +
+                               c->layout.logits_bytes_per_slot + c->layout.topk_bytes_per_slot);
 }
 
 /* Tensor t of the arena: fp32, or bf16 (uint16_t) in bf16. */
@@ -294,6 +309,28 @@ static void engine_cpu_avgpool_bf16(engine_t *e, const model_op_t *op, int n, co
                 cpu_dnnl_from_bf16(in + i * elems, sample, elems);
                 cpu_global_avgpool(1, op->h_in, op->w_in, op->cin, sample, fc_in + (size_t)i * op->cin);
         }
+}
+
+/* The slot's embeddings: the fc's input, the pooled features (n, dim)
+ * fp32, which nothing has overwritten since the fc read them (in fp32 the
+ * pool's output tensor, live until the fc; in bf16 the fc's fp32 input in
+ * the workspace). After a primitive failed they are NaN, as the logits. */
+static void engine_cpu_embedding(engine_t *e, int slot, int n, int failed) {
+        engine_cpu_t *c = e->impl;
+        const model_t *m = e->model;
+        const model_op_t *fc = &m->ops[m->n_ops - 1];
+        float *out = (float *)engine_cpu_slot_embedding(e, slot);
+        size_t elems = (size_t)n * fc->cin;
+
+        assert(fc->kind == MODEL_OP_FC && fc->cin == e->plan.embedding_dim);
+        if (failed) {
+                for (size_t i = 0; i < elems; i++)
+                        out[i] = NAN;
+                return;
+        }
+        memcpy(out, c->precision == PRECISION_BF16 ? c->workspace + c->layout.sample_elems
+                                                     : (const float *)engine_cpu_tensor(e, fc->in),
+               elems * sizeof(float));
 }
 
 /* The whole network for the n records of slot: preprocess, every op of the
@@ -347,6 +384,8 @@ static void engine_cpu_forward(engine_t *e, int slot, int n) {
         }
         if (!bf16)
                 memcpy(logits, engine_cpu_tensor(e, m->logits), (size_t)n * m->classes * sizeof(float));
+        if (c->layout.embedding_bytes_per_slot)
+                engine_cpu_embedding(e, slot, n, failed);
         /* A primitive that failed to execute (made at open, it has no
          * reason to) leaves its rows marked non-finite, not wrong. */
         for (size_t i = 0; failed && i < (size_t)n * m->classes; i++)
@@ -435,7 +474,7 @@ static int engine_cpu_open(engine_t *e, errbuf_t *err) {
         c->precision = e->plan.precision;
         r = engine_cpu_layout(e->model, e->plan.tensor_offset, e->plan.arena_elems_per_sample, e->plan.max_batch,
                               e->plan.pipeline_depth, e->plan.top_k, c->precision, e->request.cpu_reference,
-                              &c->layout, err);
+                              e->request.embedding, &c->layout, err);
         if (r < 0)
                 goto fail;
         /* The plan and the carve come from the same layout function. */
@@ -540,7 +579,8 @@ static int engine_cpu_swap_layout(const engine_t *e, const model_t *next, const 
         int r;
 
         r = engine_cpu_layout(next, plan->tensor_offset, plan->arena_elems_per_sample, plan->max_batch,
-                              plan->pipeline_depth, plan->top_k, plan->precision, !c->dnnl, l, err);
+                              plan->pipeline_depth, plan->top_k, plan->precision, !c->dnnl, e->request.embedding, l,
+                              err);
         if (r < 0)
                 return r;
         if (l->workspace_bytes != plan->workspace_bytes || l->weights_copy_bytes != plan->engine.weights_copy_bytes ||
@@ -604,6 +644,7 @@ const engine_ops_t engine_cpu_ops = {
         .reap = engine_cpu_reap,
         .slot_logits = engine_cpu_slot_logits,
         .slot_topk = engine_cpu_slot_topk,
+        .slot_embedding = engine_cpu_slot_embedding,
         .completion_fd = engine_cpu_completion_fd,
         .swap_fits = engine_cpu_swap_fits,
         .swap = engine_cpu_swap,

@@ -91,7 +91,7 @@ uint64_t engine_cuda_padded_weights(const model_t *m, precision_t p, uint64_t of
         return off;
 }
 
-int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int top_k, int batch,
+int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int top_k, int batch, bool embedding,
                                engine_cuda_layout_t *ret) {
         engine_cuda_layout_t L;
         uint64_t b, pb, off;
@@ -123,6 +123,10 @@ int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int t
         off = align_up(off + b * (uint64_t)m->classes * sizeof(float), ENGINE_CUDA_ALIGN_BYTES);
         L.slot.topk_off = off;
         off = align_up(off + b * (uint64_t)top_k * sizeof(engine_topk_t), ENGINE_CUDA_ALIGN_BYTES);
+        L.slot.embedding_off = off;
+        L.slot.embedding_bytes =
+                embedding ? align_up(b * (uint64_t)model_embedding_dim(m) * sizeof(float), ENGINE_CUDA_ALIGN_BYTES) : 0;
+        off += L.slot.embedding_bytes;
         L.slot.bytes = off;
 
         L.pinned_host_bytes = (uint64_t)depth * L.slot.bytes;
@@ -154,7 +158,8 @@ int engine_cuda_layout_of_plan(const model_t *m, const plan_t *plan, engine_cuda
 
         if (!m || !plan || !ret)
                 return -EINVAL;
-        r = engine_cuda_layout_regions(m, plan->precision, plan->pipeline_depth, plan->top_k, plan->max_batch, &L);
+        r = engine_cuda_layout_regions(m, plan->precision, plan->pipeline_depth, plan->top_k, plan->max_batch,
+                                       plan->embedding_dim > 0, &L);
         if (r < 0)
                 return r;
 
@@ -201,7 +206,7 @@ int engine_cuda_plan_terms(const model_t *m, const plan_request_t *req, int batc
 
         if (!m || !req || !ret)
                 return -EINVAL;
-        r = engine_cuda_layout_regions(m, req->precision, req->pipeline_depth, req->top_k, batch, &L);
+        r = engine_cuda_layout_regions(m, req->precision, req->pipeline_depth, req->top_k, batch, req->embedding, &L);
         if (r < 0)
                 return r;
         n_buckets = engine_cuda_buckets(batch, buckets);
@@ -216,6 +221,7 @@ int engine_cuda_plan_terms(const model_t *m, const plan_request_t *req, int batc
         ret->workspace_bytes = L.workspace_bytes;
         ret->staging_bytes = L.staging_bytes;
         ret->pinned_host_bytes = L.pinned_host_bytes;
+        ret->embedding_bytes = (uint64_t)req->pipeline_depth * L.slot.embedding_bytes;
         ret->weights_in_arena = true;
         ret->gemm_operand_elems_per_sample = engine_cuda_gemm_operand_elems_per_sample(m);
         return 0;

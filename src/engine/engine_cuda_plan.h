@@ -26,6 +26,9 @@
  *   offsets  (batch) int64: where record i starts in input
  *   logits   (batch, classes) fp32
  *   topk     (batch, top_k) engine_topk_t
+ *   embedding (batch, embedding dim) fp32, only when the plan asks for
+ *            embeddings (plan_request_t embedding): the global average
+ *            pool writes its fp32 means there beside its output
  *
  * The pinned host staging is depth slot blocks, nothing else. A submit
  * copies only the packed bytes of its records (and the bucket's formats and
@@ -89,6 +92,9 @@ typedef struct engine_cuda_slot_layout {
         uint64_t offsets_off;   /* (batch) int64: record i's byte offset in input */
         uint64_t logits_off;    /* (batch, classes) fp32 */
         uint64_t topk_off;      /* (batch, top_k) engine_topk_t */
+        uint64_t embedding_off; /* (batch, embedding dim) fp32, written by the global average pool; an
+                                 * empty region without embeddings */
+        uint64_t embedding_bytes;       /* that region, aligned; 0 without embeddings */
         uint64_t bytes;         /* the whole block, a multiple of ENGINE_CUDA_ALIGN_BYTES */
 } engine_cuda_slot_layout_t;
 
@@ -146,9 +152,10 @@ size_t engine_cuda_gemm_operand_elems_per_sample(const model_t *m);
  * offsets may be NULL. */
 uint64_t engine_cuda_padded_weights(const model_t *m, precision_t p, uint64_t offsets[MODEL_MAX_OPS]);
 
-/* The engine's own regions (staging, workspace, pinned) at batch; the weight
- * and activation fields stay 0. Returns 0 or -EINVAL for a bad argument. */
-int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int top_k, int batch,
+/* The engine's own regions (staging, workspace, pinned) at batch, with an
+ * embedding region in each slot when embedding; the weight and activation
+ * fields stay 0. Returns 0 or -EINVAL for a bad argument. */
+int engine_cuda_layout_regions(const model_t *m, precision_t p, int depth, int top_k, int batch, bool embedding,
                                engine_cuda_layout_t *ret);
 
 /* The whole arena of a plan (regions at plan->max_batch, then the weights

@@ -10,10 +10,12 @@
  * their messages go..."). */
 #include "engine/prediction.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +28,47 @@ static double prediction_round(double v, double scale) {
 
 #define PREDICTION_JSON_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(7))
 
+const char *const prediction_kind_names[] = { "classes", "embedding", "both", NULL };
+const char *const prediction_format_names[] = { "json", "f32le", "base64", NULL };
+const char *const prediction_normalize_names[] = { "none", "l2", NULL };
+
 struct prediction_encoder {
         char *middle;           /* ,"model":...[,"backend":...][,"precision":...][,"instance":...] */
         char *end;              /* ,"input":... or NULL */
         char **labels;          /* (n_labels) ,"label":"..." for each class; NULL: none */
         int n_labels;
         json_t *real;           /* reused: jansson writes each number */
+        prediction_output_t output;
 };
+
+int prediction_embedding_prepare(const prediction_output_t *o, const float *in, int dim, float *out) {
+        double sum = 0.0, scale = 1.0;
+
+        for (int i = 0; i < dim; i++) {
+                if (!isfinite(in[i]))
+                        return -EDOM;
+                sum += (double)in[i] * in[i];
+        }
+        if (o->normalize == PREDICTION_NORMALIZE_L2 && sum > 0.0)
+                scale = 1.0 / sqrt(sum);
+        for (int i = 0; i < dim; i++)
+                out[i] = scale == 1.0 ? in[i] : (float)(in[i] * scale);
+        return 0;
+}
+
+void prediction_embedding_f32le(const float *v, int dim, unsigned char *out) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(out, v, (size_t)dim * sizeof(float));
+#else
+        for (int i = 0; i < dim; i++) {
+                uint32_t u;
+
+                memcpy(&u, &v[i], sizeof(u));
+                for (int b = 0; b < 4; b++)
+                        out[4 * i + b] = (unsigned char)(u >> (8 * b));
+        }
+#endif
+}
 
 /* Appends `,"key":<value encoded by jansson>` to the malloc'd *s (NULL: "")
  * when value is not NULL. The value is consumed. false: out of memory. */
@@ -73,6 +109,7 @@ int prediction_encoder_new(prediction_encoder_t **ret, const prediction_meta_t *
         e->real = json_real(0.0);
         if (!e->real)
                 goto fail;
+        e->output = meta->output;
         /* The keys after "top", in order; latency_ms's number goes between
          * the two parts. A string jansson cannot take (not UTF-8) is left
          * out, as it was when the tree was built for each record. */
@@ -133,26 +170,74 @@ static void prediction_put_real(prediction_out_t *o, prediction_encoder_t *e, co
         prediction_put(o, num, n);
 }
 
-int prediction_encode(prediction_encoder_t *e, char *buf, size_t size, const engine_topk_t *top, int k,
-                      double latency_ms) {
-        prediction_out_t o = { .buf = buf, .size = size };
+/* "embedding":[...] as "%.9g" numbers: the shortest printf form that
+ * reads back as the same float32 (jansson's 7 digits would not). The
+ * values are finite (prediction_embedding_prepare). */
+static void prediction_put_embedding_json(prediction_out_t *o, const float *v, int dim) {
         char num[32];
 
-        prediction_put_str(&o, "{\"top\":[");
-        for (int i = 0; i < k; i++) {
-                int cls = top[i].cls;
+        prediction_put_str(o, "\"embedding\":[");
+        for (int i = 0; i < dim; i++) {
+                int n = snprintf(num, sizeof(num), "%s%.9g", i ? "," : "", (double)v[i]);
 
-                /* As jansson writes an integer. */
-                snprintf(num, sizeof(num), "%s{\"class\":%" PRId64, i ? "," : "", (int64_t)cls);
-                prediction_put_str(&o, num);
-                if (cls >= 0 && cls < e->n_labels && e->labels[cls])
-                        prediction_put_str(&o, e->labels[cls]);
-                prediction_put_real(&o, e, ",\"score\":", prediction_round(top[i].score, 1e6));
-                prediction_put(&o, "}", 1);
+                prediction_put(o, num, (size_t)n);
         }
-        prediction_put(&o, "]", 1);
-        prediction_put_str(&o, e->middle);     /* "model" always, so never NULL */
-        prediction_put_real(&o, e, ",\"latency_ms\":", prediction_round(latency_ms, 1e3));
+        prediction_put(o, "]", 1);
+}
+
+/* "embedding":"<base64>" of the f32le bytes (OpenSSL's encoder, no line
+ * breaks), 3 bytes (12 values) at a time through two small buffers on the
+ * stack: nothing is allocated. */
+static void prediction_put_embedding_base64(prediction_out_t *o, const float *v, int dim) {
+        enum { CHUNK_VALUES = 384 };    /* 1,536 bytes: a multiple of 3, so no padding inside */
+        unsigned char raw[CHUNK_VALUES * sizeof(float)], text[CHUNK_VALUES * sizeof(float) / 3 * 4 + 4];
+
+        prediction_put_str(o, "\"embedding\":\"");
+        for (int i = 0; i < dim; i += CHUNK_VALUES) {
+                int n = dim - i < CHUNK_VALUES ? dim - i : CHUNK_VALUES;
+                int len;
+
+                prediction_embedding_f32le(v + i, n, raw);
+                len = EVP_EncodeBlock(text, raw, n * (int)sizeof(float));
+                prediction_put(o, (const char *)text, (size_t)len);
+        }
+        prediction_put(o, "\"", 1);
+}
+
+int prediction_encode_row(prediction_encoder_t *e, char *buf, size_t size, const prediction_row_t *row) {
+        prediction_out_t o = { .buf = buf, .size = size };
+        bool top = e->output.kind != PREDICTION_KIND_EMBEDDING;
+        bool emb = prediction_has_embedding(&e->output) && e->output.format != PREDICTION_EMBEDDING_F32LE;
+        char num[32];
+
+        assert(!emb || (row->embedding && row->dim > 0));
+        prediction_put(&o, "{", 1);
+        if (top) {
+                prediction_put_str(&o, "\"top\":[");
+                for (int i = 0; i < row->k; i++) {
+                        int cls = row->top[i].cls;
+
+                        /* As jansson writes an integer. */
+                        snprintf(num, sizeof(num), "%s{\"class\":%" PRId64, i ? "," : "", (int64_t)cls);
+                        prediction_put_str(&o, num);
+                        if (cls >= 0 && cls < e->n_labels && e->labels[cls])
+                                prediction_put_str(&o, e->labels[cls]);
+                        prediction_put_real(&o, e, ",\"score\":", prediction_round(row->top[i].score, 1e6));
+                        prediction_put(&o, "}", 1);
+                }
+                prediction_put(&o, "]", 1);
+        }
+        if (emb) {
+                if (top)
+                        prediction_put(&o, ",", 1);
+                if (e->output.format == PREDICTION_EMBEDDING_BASE64)
+                        prediction_put_embedding_base64(&o, row->embedding, row->dim);
+                else
+                        prediction_put_embedding_json(&o, row->embedding, row->dim);
+        }
+        /* "model" always, so never NULL; its comma goes when nothing is before it. */
+        prediction_put_str(&o, e->middle + (top || emb ? 0 : 1));
+        prediction_put_real(&o, e, ",\"latency_ms\":", prediction_round(row->latency_ms, 1e3));
         if (e->end)
                 prediction_put_str(&o, e->end);
         prediction_put(&o, "}", 1);
@@ -161,8 +246,14 @@ int prediction_encode(prediction_encoder_t *e, char *buf, size_t size, const eng
         return o.len > INT32_MAX ? -EOVERFLOW : (int)o.len;
 }
 
-int prediction_format(char **ret, const engine_topk_t *top, int k, double latency_ms,
-                      const prediction_meta_t *meta) {
+int prediction_encode(prediction_encoder_t *e, char *buf, size_t size, const engine_topk_t *top, int k,
+                      double latency_ms) {
+        prediction_row_t row = { .top = top, .k = k, .latency_ms = latency_ms };
+
+        return prediction_encode_row(e, buf, size, &row);
+}
+
+int prediction_format_row(char **ret, const prediction_row_t *row, const prediction_meta_t *meta) {
         prediction_encoder_t *e = NULL;
         char *s = NULL;
         int n, r;
@@ -170,14 +261,23 @@ int prediction_format(char **ret, const engine_topk_t *top, int k, double latenc
         r = prediction_encoder_new(&e, meta);
         if (r < 0)
                 return r;
-        n = prediction_encode(e, NULL, 0, top, k, latency_ms);
+        n = prediction_encode_row(e, NULL, 0, row);
         if (n >= 0 && (s = malloc((size_t)n + 1)))
-                prediction_encode(e, s, (size_t)n + 1, top, k, latency_ms);
+                n = prediction_encode_row(e, s, (size_t)n + 1, row);
         prediction_encoder_free(e);
-        if (n < 0)
+        if (n < 0) {
+                free(s);
                 return n;
+        }
         if (!s)
                 return -ENOMEM;
         *ret = s;
         return n;
+}
+
+int prediction_format(char **ret, const engine_topk_t *top, int k, double latency_ms,
+                      const prediction_meta_t *meta) {
+        prediction_row_t row = { .top = top, .k = k, .latency_ms = latency_ms };
+
+        return prediction_format_row(ret, &row, meta);
 }

@@ -11,6 +11,7 @@
  * reports and storing offsets (the daemon). */
 #include "pipeline/pipeline_priv.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -261,22 +262,73 @@ int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const
         return r;
 }
 
-/* A prediction's JSON (scores: its top-k) into line (size bytes), or into
- * a malloc'd *big when it is longer. Returns its length, or -ENOMEM. The
- * encoder is made again after the meta changed (pipeline_meta_changed). */
-static int pipeline_prediction_json(pipeline_t *p, char *line, size_t size, char **big, const engine_topk_t *scores,
-                                    double latency_ms) {
+/* One output being made: its value, and the buffers it may point into (on
+ * the loop's stack: an embedding's JSON fits line without an allocation). */
+typedef struct pipeline_out {
+        char line[PIPELINE_JSON_LINE + PREDICTION_EMBEDDING_TEXT_MAX_BYTES];    /* the JSON, when it fits */
+        char *big;                      /* malloc'd: the JSON when it is longer */
+        float embedding[PREDICTION_EMBEDDING_DIM_MAX];  /* prepared (normalised) */
+        unsigned char f32le[PREDICTION_EMBEDDING_DIM_MAX * sizeof(float)];
+        int dim;                        /* 0: no embedding */
+        const void *value;
+        size_t len;
+} pipeline_out_t;
+
+/* Position i of slot's embedding, prepared for output into o (normalised as
+ * [output] says). Returns its length, 0 when the output has none, or -EDOM
+ * when a value of it is not finite. */
+static int pipeline_embedding_of(pipeline_t *p, int slot, int i, pipeline_out_t *o) {
+        const float *all = engine_slot_embedding(p->engine, slot);     /* (n, dim) */
+        int dim = engine_embedding_dim(p->engine);
+
+        o->dim = 0;
+        if (!prediction_has_embedding(&p->meta.output))
+                return 0;
+        /* The engine was opened for embeddings whenever the output has them. */
+        assert(all && dim > 0 && dim <= PREDICTION_EMBEDDING_DIM_MAX);
+        if (prediction_embedding_prepare(&p->meta.output, all + (size_t)i * dim, dim, o->embedding) < 0)
+                return -EDOM;
+        o->dim = dim;
+        return dim;
+}
+
+/* A prediction's value into o (scores: its top-k; o's embedding when it
+ * has one): its JSON in o->line, or in a malloc'd o->big when it is
+ * longer; with f32le, the vector, the JSON going to a header of h. An
+ * embedding's headers go to h. Returns 0 or -ENOMEM. The encoder is made
+ * again after the meta changed (pipeline_meta_changed). */
+static int pipeline_prediction_value(pipeline_t *p, pipeline_out_t *o, const engine_topk_t *scores,
+                                     double latency_ms, rd_kafka_headers_t *h) {
+        prediction_row_t row = { .top = scores, .k = p->top_k, .embedding = o->embedding, .dim = o->dim,
+                                 .latency_ms = latency_ms };
+        char num[16];
         int n;
 
-        *big = NULL;
+        o->big = NULL;
         if (!p->encoder && prediction_encoder_new(&p->encoder, &p->meta) < 0)
                 return -ENOMEM;
-        n = prediction_encode(p->encoder, line, size, scores, p->top_k, latency_ms);
-        if (n < 0 || (size_t)n < size)
-                return n < 0 ? -ENOMEM : n;
-        if (!(*big = malloc((size_t)n + 1)))
+        n = prediction_encode_row(p->encoder, o->line, sizeof(o->line), &row);
+        if (n >= 0 && (size_t)n >= sizeof(o->line)) {
+                if (!(o->big = malloc((size_t)n + 1)))
+                        return -ENOMEM;
+                n = prediction_encode_row(p->encoder, o->big, (size_t)n + 1, &row);
+        }
+        if (n < 0)
                 return -ENOMEM;
-        return prediction_encode(p->encoder, *big, (size_t)n + 1, scores, p->top_k, latency_ms);
+        o->value = o->big ? o->big : o->line;
+        o->len = (size_t)n;
+        if (o->dim == 0)
+                return 0;
+        snprintf(num, sizeof(num), "%d", o->dim);
+        rd_kafka_header_add(h, PREDICTION_HEADER_DIM, -1, num, -1);
+        rd_kafka_header_add(h, PREDICTION_HEADER_MODEL, -1, p->meta.model_id ? p->meta.model_id : "", -1);
+        if (p->meta.output.format == PREDICTION_EMBEDDING_F32LE) {
+                rd_kafka_header_add(h, PREDICTION_HEADER_JSON, -1, o->value, (ssize_t)o->len);
+                prediction_embedding_f32le(o->embedding, o->dim, o->f32le);
+                o->value = o->f32le;
+                o->len = (size_t)o->dim * sizeof(float);
+        }
+        return 0;
 }
 
 /* The prediction of src (tracked under tag) could not be produced because
@@ -312,19 +364,19 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
-        char line[PIPELINE_JSON_LINE], *json = NULL;
+        pipeline_out_t o;
         unsigned cuts = 0;
         size_t header_bytes;
-        int len, r;
+        int r;
 
         if (pipeline_output_stale(p, src, e->tag)) {
                 pipeline_source_release(src);
                 return 0;
         }
-        if (!engine_topk_is_finite(scores)) {
+        if (!engine_topk_is_finite(scores) || pipeline_embedding_of(p, slot, i, &o) < 0) {
                 r = pipeline_dead_letter(p, src, RECORD_ERR_NON_FINITE_OUTPUT,
                                          "the model's output for this record is not finite (a NaN or infinite "
-                                         "logit), so it has no prediction",
+                                         "logit or embedding value), so it has no prediction",
                                          e->tag);
                 if (r < 0 && r != -ECANCELED)
                         return r;       /* it stays */
@@ -349,26 +401,25 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
                         rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
         }
-        len = pipeline_prediction_json(p, line, sizeof(line), &json, scores,
-                                       (double)(t_now - p->times[pos].taken_us) / 1000.0);
-        if (!h || !t || len < 0) {
+        o.big = NULL;
+        if (!h || !t ||
+            pipeline_prediction_value(p, &o, scores, (double)(t_now - p->times[pos].taken_us) / 1000.0, h) < 0) {
                 r = -ENOMEM;
                 log_error("Failed to format the prediction of offset %" PRId64 ": %s", src->offset, strerror(ENOMEM));
                 goto fail;
         }
         t->part_id = e->tag;
         header_bytes = kafka_headers_bytes(h);
-        if (src->key_len + (size_t)len + header_bytes >= pipeline_out_cut_bytes(p))
+        if (src->key_len + o.len + header_bytes >= pipeline_out_cut_bytes(p))
                 /* Exactly-once: the broker refused a prediction this large. */
-                r = errbuf_set(&err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, value %d, "
+                r = errbuf_set(&err, -EMSGSIZE, "Failed to produce to '%s': a record of %zu bytes (key %zu, value %zu, "
                                "headers %zu) is at least as large as one the broker refused (%zu)", p->output_topic,
-                               src->key_len + (size_t)len + header_bytes, src->key_len, len, header_bytes,
+                               src->key_len + o.len + header_bytes, src->key_len, o.len, header_bytes,
                                p->out_cut_bytes);
         else
-                r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, json ? json : line, (size_t)len,
-                                  h, t, &err);
-        free(json);
-        json = NULL;
+                r = kafka_produce(p->kafka, p->output_topic, src->key, src->key_len, o.value, o.len, h, t, &err);
+        free(o.big);
+        o.big = NULL;
         if (r == -ECANCELED) {
                 /* Exactly-once, the transaction doomed: no output; the
                  * rewind after the abort brings the record back. */
@@ -405,7 +456,7 @@ fail:
         if (h)
                 rd_kafka_headers_destroy(h);
         free(t);
-        free(json);
+        free(o.big);
         return r;
 }
 

@@ -142,6 +142,44 @@ static void check_pool(int n, int h, int w, int c) {
         }
 }
 
+/* The embedding (issue 40): the global average pool's fp32 means, which
+ * avgpool_kernel writes to the slot's embedding region beside its output
+ * in the precision. Per element: avgpool_mean against the reference's pool
+ * (fp32 in, and fp16/bf16 storage, whose means are of the rounded inputs,
+ * in fp32); the output in the precision is that mean rounded
+ * (avgpool_elem), so the embedding is never the rounded value. */
+static void check_avgpool_features(int n, int hw, int c) {
+        std::vector<float> in((size_t)n * hw * c), rounded(in.size()), ref((size_t)n * c), ref_r(ref.size());
+        std::vector<__half> in_h(in.size());
+        std::vector<__nv_bfloat16> in_b(in.size());
+
+        for (size_t i = 0; i < in.size(); i++) {
+                in[i] = frand() * 4.0f;
+                in_h[i] = __float2half_rn(in[i]);
+                in_b[i] = __float2bfloat16_rn(in[i]);
+                rounded[i] = __half2float(in_h[i]);
+        }
+        cpu_global_avgpool(n, hw, 1, c, in.data(), ref.data());
+        cpu_global_avgpool(n, hw, 1, c, rounded.data(), ref_r.data());
+        for (long long i = 0; i < (long long)ref.size(); i++) {
+                float f = avgpool_mean<float>(in.data(), i, hw, c);
+                float fh = avgpool_mean<__half>(in_h.data(), i, hw, c);
+                float fb = avgpool_mean<__nv_bfloat16>(in_b.data(), i, hw, c);
+                double sum_b = 0;
+
+                for (int j = 0; j < hw; j++)
+                        sum_b += __bfloat162float(in_b[(i / c) * hw * c + (long long)j * c + i % c]);
+                CHECK(fabsf(f - ref[i]) <= 1e-6f * (1 + fabsf(ref[i])), "fp32 feature %lld: %g, reference %g", i, f,
+                      ref[i]);
+                CHECK(fabsf(fh - ref_r[i]) <= 1e-6f * (1 + fabsf(ref_r[i])), "fp16 feature %lld: %g, reference %g", i,
+                      fh, ref_r[i]);
+                CHECK(fabs(fb - sum_b / hw) <= 1e-6 * (1 + fabs(sum_b / hw)), "bf16 feature %lld: %g, reference %g",
+                      i, fb, sum_b / hw);
+                CHECK(__half2float(avgpool_elem<__half>(in_h.data(), i, hw, c)) == __half2float(__float2half_rn(fh)),
+                      "fp16 pooled output %lld is not its feature rounded", i);
+        }
+}
+
 /* rgb8, float32 CHW, a padding row (RECORD_UNKNOWN: zeros) and rgb8 again,
  * packed by format as engine_slot_place packs them (pack_add): offsets 0,
  * 150,528, -, 752,640 in 903,168 bytes. The padding row's offset points at
@@ -419,6 +457,9 @@ int main() {
         check_pool(2, 112, 112, 8);
         check_pool(3, 7, 9, 5);
         report("pool");
+        check_avgpool_features(3, 49, 512);
+        check_avgpool_features(2, 49, 2048);
+        report("avgpool_features");
         failed += fails > 0;
         fails = 0;
         check_preprocess();

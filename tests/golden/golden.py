@@ -51,6 +51,7 @@ import sys
 import numpy as np
 import torch
 
+import golden_embedding
 import st_read
 
 SEED_MODEL = 20261129
@@ -136,12 +137,20 @@ def make_inputs(tmp):
     return mixed
 
 
-def reference(weights, inputs, arch="resnet50", classes=1000):
-    """(N, classes) float64 logits of torchvision's arch with these weights."""
+def reference(weights, inputs, arch="resnet50", classes=1000, features=None):
+    """(N, classes) float64 logits of torchvision's arch with these weights.
+    features, a list, receives the (N, dim) penultimate features: the model
+    with fc = Identity(), whose output the fc then takes (torchvision's own
+    forward: avgpool, flatten, fc), so one pass gives both."""
     model = st_read.resnet(weights, arch, classes)
+    fc, model.fc = model.fc, torch.nn.Identity()
     x = torch.stack([t for _, _, t in inputs])                      # (N, 3, H, W) f64
     with torch.no_grad():
-        return model(x).numpy()
+        feats = model(x)
+        logits = fc(feats)
+    if features is not None:
+        features.append(feats.numpy())
+    return logits.numpy()
 
 
 def clear_prefix(ref_row, k):
@@ -315,6 +324,22 @@ def run_bf16(tid, inferd, weights, inputs, ref, tmp, args, k, model_id):
           f"is not run here", flush=True)
 
 
+def run_embeddings(tid, inferd, weights, inputs, feats, tmp):
+    """ResNet-50's embeddings in each kind, format and normalisation, fp32,
+    and in bf16 where the CPU has it."""
+    for name, args, kind, fmt, norm in (("json-b4", ["--batch", "4"], "both", "json", "none"),
+                                        ("base64-l2-b3", ["--batch", "3"], "embedding", "base64", "l2"),
+                                        ("f32le-l2-b16", ["--batch", "16"], "embedding", "f32le", "l2"),
+                                        ("json-l2-b2", ["--batch", "2"], "embedding", "json", "l2")):
+        golden_embedding.check(report, f"{tid}/embedding-{name}", inferd, weights, inputs, feats, tmp, args,
+                               kind, fmt, norm)
+    if cpu_has_bf16():
+        golden_embedding.check(report, f"{tid}/embedding-bf16-b4", inferd, weights, inputs, feats, tmp,
+                               ["--batch", "4"], "both", "base64", "none", "bf16")
+    else:
+        print(f"SKIP {tid}/embedding-bf16-b4: this CPU has no avx512_bf16 or amx_bf16 flag", flush=True)
+
+
 def check_reference(tid, ref, n):
     """The reference must tell the inputs apart and rank them clearly, or
     the comparison proves little. With fewer than 10 classes the rows may
@@ -370,10 +395,19 @@ def run_archs(inferd, exporter, tmp, inputs):
                f"{plan.get('model')!r}, classes {plan.get('classes')!r} (want {arch!r}, {classes})"
                + ("" if r.returncode == 0 else f"; stderr {r.stderr.strip()[-200:]!r}"))
         sub = inputs[:n]
-        ref = reference(weights, sub, arch, classes)
+        feats = []
+        ref = reference(weights, sub, arch, classes, feats)
         check_reference(tid, ref, n)
         run_inferd(f"{tid}/b", inferd, weights, sub, ref, tmp, args, 5 if "--top" not in args
                    else int(args[args.index("--top") + 1]), None, model_id)
+        batch = args[:args.index("--batch") + 2]
+        golden_embedding.check(report, f"{tid}/embedding", inferd, weights, sub, feats[0], tmp, batch)
+        if arch == "resnet18":
+            # The other formats and normalisations on the 512-value embedding.
+            golden_embedding.check(report, f"{tid}/embedding-base64-l2", inferd, weights, sub, feats[0], tmp,
+                                   batch, "embedding", "base64", "l2")
+            golden_embedding.check(report, f"{tid}/embedding-f32le", inferd, weights, sub, feats[0], tmp,
+                                   batch, "embedding", "f32le")
         os.unlink(weights)
 
 
@@ -407,7 +441,8 @@ def main():
         with open(weights, "rb") as f:
             model_id = "sha256:" + hashlib.sha256(f.read()).hexdigest()[:12]
 
-        ref = reference(weights, inputs)
+        feats = []
+        ref = reference(weights, inputs, features=feats)
         check_reference(tid, ref, len(inputs))
         for name, args, k, with_labels in dtype_runs:
             run_inferd(f"{tid}/{name}", inferd, weights, inputs, ref, tmp, args, k,
@@ -415,6 +450,7 @@ def main():
         if dtype == "F32":
             run_bf16(f"{tid}/bf16-b4", inferd, weights, inputs, ref, tmp, ["--batch", "4", "--top", "3"], 3,
                      model_id)
+            run_embeddings(tid, inferd, weights, inputs, feats[0], tmp)
         os.unlink(weights)
     run_archs(inferd, exporter, tmp, inputs)
     return 1 if failures else 0

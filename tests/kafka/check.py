@@ -9,13 +9,18 @@ Used by tests/kafka/run. Inputs are kcat dumps, one record per line:
   age and trace: input as above; predictions and DLQ as %k TAB %h TAB %s
   labels: predictions, the model id whose predictions must carry labels,
           its labels file (line i = class i)
+  embedding: kcat -J's envelopes, each record's value in a file, and
+          inferd-run's vectors of the same records
 Each subcommand prints one line and exits 0 (holds) or 1 (does not, with why).
 It checks records, not the daemon's logs.
 """
 
+import base64
 import collections
 import json
+import math
 import re
+import struct
 import sys
 
 
@@ -315,6 +320,71 @@ def cmd_labels(pred, model, labels_path):
     print(f'{n_model} predictions of {model} with their {len(labels)} labels, {n_other} of another model without')
 
 
+def cmd_embedding(fmt, kind, normalize, model, dim, envelopes, values_dir, ref_path):
+    """Issue 40's outputs with an embedding: envelopes is kcat -J's lines
+    (one a record, its headers as a list), values_dir holds each record's
+    value as <offset>.value, ref_path inferd-run's --embeddings of the same
+    input records in the same order (the inputs' offsets, by key)."""
+    dim = int(dim)
+    ref = read_f32(ref_path)
+    rows = []
+    with open(envelopes, encoding='utf-8', errors='replace') as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not rows or len(ref) != len(rows) * dim:
+        fail(f'{len(rows)} outputs, {len(ref) // dim} reference vectors')
+    worst = 0.0
+    for r in rows:
+        key, off, hl = r.get('key'), r.get('offset'), r.get('headers') or []
+        h = dict(zip(hl[0::2], hl[1::2]))
+        if h.get('inferd-embedding-dim') != str(dim) or h.get('inferd-model') != model:
+            fail(f'{key}: inferd-embedding-dim {h.get("inferd-embedding-dim")!r}, inferd-model '
+                 f'{h.get("inferd-model")!r}; want {dim}, {model}')
+        with open(f'{values_dir}/{off}.value', 'rb') as vf:
+            value = vf.read()
+        if fmt == 'f32le':
+            if len(value) != 4 * dim:
+                fail(f'{key}: an f32le value of {len(value)} bytes, want {4 * dim}')
+            vec = struct.unpack(f'<{dim}f', value)
+            try:
+                p = json.loads(h.get('inferd-prediction', ''))
+            except ValueError:
+                fail(f'{key}: no JSON in inferd-prediction: {h.get("inferd-prediction")!r}'[:200])
+            if 'embedding' in p:
+                fail(f'{key}: f32le, yet an embedding in the JSON header')
+        else:
+            p = json.loads(value)
+            e = p.get('embedding')
+            if fmt == 'base64':
+                raw = base64.b64decode(e or '', validate=True)
+                if len(raw) != 4 * dim:
+                    fail(f'{key}: base64 of {len(raw)} bytes, want {4 * dim}')
+                vec = struct.unpack(f'<{dim}f', raw)
+            elif not isinstance(e, list) or len(e) != dim:
+                fail(f'{key}: embedding is not a list of {dim}: {str(e)[:100]}')
+            else:
+                vec = e
+        if ('top' in p) != (kind == 'both') or p.get('model') != model:
+            fail(f'{key}: kind {kind} but top {"in" if "top" in p else "not in"} {json.dumps(p)[:200]}')
+        i = int(key.rsplit('-', 1)[1])
+        want = ref[i * dim:(i + 1) * dim]
+        num = math.sqrt(sum((a - b) ** 2 for a, b in zip(vec, want)))
+        den = math.sqrt(sum(b * b for b in want))
+        norm = math.sqrt(sum(a * a for a in vec))
+        if normalize == 'l2' and abs(norm - 1) > 1e-5:
+            fail(f'{key}: l2-normalised, yet its norm is {norm}')
+        worst = max(worst, num / den)
+    if worst > 1e-5:
+        fail(f'embeddings against inferd-run\'s: rel L2 error up to {worst:.2e} (tol 1e-5)')
+    print(f'{len(rows)} outputs: {fmt}, kind {kind}, normalize {normalize}, dim {dim}, headers as asked; '
+          f'against inferd-run\'s on the same records: rel L2 error up to {worst:.1e}')
+
+
+def read_f32(path):
+    with open(path, 'rb') as f:
+        raw = f.read()
+    return struct.unpack(f'<{len(raw) // 4}f', raw)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == 'predictions':
@@ -332,6 +402,8 @@ def main():
                 sys.argv[8])
     elif cmd == 'trace':
         cmd_trace(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == 'embedding':
+        cmd_embedding(*sys.argv[2:10])
     elif cmd == 'timing':
         cmd_timing(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else '')
     else:

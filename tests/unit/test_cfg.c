@@ -330,6 +330,9 @@ static void test_cfg_bad_values(void) {
                 { "batching", "max_record_age", "-1s", "is not a duration" },
                 { "batching", "max_record_age", "400d", "is not in 0..366d" },
                 { "batching", "max_record_age_action", "drop", "is not one of dlq, skip" },
+                { "output", "kind", "vector", "'vector' is not one of classes, embedding, both" },
+                { "output", "embedding_format", "f16le", "'f16le' is not one of json, f32le, base64" },
+                { "output", "embedding_normalize", "L2", "'L2' is not one of none, l2" },
                 { "service", "trace_headers", "maybe", "is not yes or no" },
                 { "service", "timing_header", "sometimes", "is not yes or no" },
                 { "metrics", "listen", "9464", "is not host:port" },
@@ -700,6 +703,9 @@ static const char *const design_keys[][2] = {
         { "decode", "threads" }, { "decode", "max_pixels" }, { "decode", "max_bytes" }, { "decode", "fast" },
         { "decode", "exif_orientation" },
         { "decode", "max_scan_megapixels" },
+        { "output", "kind" },
+        { "output", "embedding_format" },
+        { "output", "embedding_normalize" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
 

@@ -72,6 +72,10 @@ static const struct {
         { "decode", "fast", CFG_RELOAD_RESTART },
         { "decode", "exif_orientation", CFG_RELOAD_RESTART },
         { "decode", "max_scan_megapixels", CFG_RELOAD_RESTART },
+        /* The slots' embedding buffers are planned at start. */
+        { "output", "kind", CFG_RELOAD_RESTART },
+        { "output", "embedding_format", CFG_RELOAD_RESTART },
+        { "output", "embedding_normalize", CFG_RELOAD_RESTART },
 };
 #define N_WANT (sizeof(want_class) / sizeof(want_class[0]))
 
