@@ -2,8 +2,10 @@
  * nothing else (the interface is pipeline.h).
  *
  *   pipeline.c          the engine's slots (submit, decode, reap, the
- *                       batch delay), taking records in, the life cycle,
- *                       live settings and statistics
+ *                       batch delay), taking records in and what their
+ *                       outputs need of them (their source, kept once
+ *                       their librdkafka message is let go), the life
+ *                       cycle, live settings and statistics
  *   pipeline_produce.c  the outputs: predictions and DLQ copies, their
  *                       headers and tickets
  *   pipeline_dlq.c      DLQ copies the broker refuses as too large: retried
@@ -12,8 +14,6 @@
  *                       pump, closing the intake and the drain
  *   pipeline_decode.c   records that need decoding: their staging entries,
  *                       the decode jobs, placing decoded records in slots
- *   pipeline_source.c   what a record's outputs need of it, kept once its
- *                       librdkafka message is let go
  *
  * Not a module boundary: each file reads and writes struct pipeline. */
 #ifndef INFERD_PIPELINE_PRIV_H
@@ -252,7 +252,7 @@ int pipeline_staging_busy(const pipeline_t *p);
  * -errno after ops->fail. */
 int pipeline_staging_place(pipeline_t *p);
 
-/* --- pipeline_source.c ------------------------------------------------------ */
+/* --- pipeline.c: a record's source ------------------------------------------- */
 
 /* s views m (owns nothing; valid while m is). */
 void pipeline_source_of(pipeline_source_t *s, const rd_kafka_message_t *m);
