@@ -202,12 +202,6 @@ int model_find_op(const model_t *m, const char *name) {
         return -1;
 }
 
-int model_embedding_dim(const model_t *m) {
-        /* The table's last op is the fc: its input is the pooled features. */
-        assert(m->n_ops > 0 && m->ops[m->n_ops - 1].kind == MODEL_OP_FC);
-        return m->ops[m->n_ops - 1].cin;
-}
-
 /* Finds name in f and checks dtype and shape; converts it to float into a
  * malloc'd buffer in *ret, unless ret is NULL (a check only: nothing read
  * beyond the header). */

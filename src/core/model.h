@@ -23,6 +23,7 @@
 #ifndef INFERD_MODEL_H
 #define INFERD_MODEL_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -166,7 +167,12 @@ int model_find_op(const model_t *m, const char *name);
 
 /* The embedding's length: the global average pool's channels, which feed
  * the fc (fc's cin): 2048 for resnet50/101/152 and the wide ones, 512 for
- * resnet18/34. */
-int model_embedding_dim(const model_t *m);
+ * resnet18/34. Inline: the planner (core/plan.c) uses it, and the decode
+ * fuzzer links the planner without the model's loader. */
+static inline int model_embedding_dim(const model_t *m) {
+        /* The table's last op is the fc: its input is the pooled features. */
+        assert(m->n_ops > 0 && m->ops[m->n_ops - 1].kind == MODEL_OP_FC);
+        return m->ops[m->n_ops - 1].cin;
+}
 
 #endif
