@@ -67,8 +67,20 @@ static bool daemon_revoke_end(daemon_t *d, const rd_kafka_topic_partition_list_t
         log_info("Revoke: waited %.3f s for the records taken before it (%d in the pipeline), monotonic %.3f to %.3f s",
                  (double)(now - d->revoke_start_us) / 1e6, d->revoke_in_pipeline, (double)d->revoke_start_us / 1e6,
                  (double)now / 1e6);
-        if (unfinished)
-                daemon_log_left(d, "Giving up partitions before their records were finished");
+        if (unfinished) {
+                /* Which partitions, as well as how many records. */
+                char why[512];
+                size_t n = (size_t)snprintf(why, sizeof(why),
+                                            "Giving up partitions before their records were finished (%s",
+                                            parts->cnt > 0 ? parts->elems[0].topic : "none");
+
+                for (int i = 0; i < parts->cnt && n < sizeof(why) - 16; i++)
+                        n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%" PRId32, i ? ", " : " partitions ",
+                                              parts->elems[i].partition);
+                if (n < sizeof(why) - 1)
+                        snprintf(why + n, sizeof(why) - n, ")");
+                daemon_log_left(d, why);
+        }
         if (daemon_eos(d)) {
                 /* The open transaction ends here, with the offsets of the
                  * records finished above; for lost partitions the group has
