@@ -143,16 +143,8 @@ static void daemon_check_drained(daemon_t *d) {
                 /* Exactly-once, an abortable failure leaves the offsets
                  * where they were: the next owner redoes those records,
                  * and the aborted outputs are never visible. */
-                if (daemon_eos(d))
-                        r = daemon_txn_end_start(d, false, false);
-                else if (kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_OFFSETS, NULL, -1, false, &err) == 0)
-                        r = 1;
-                else {
-                        log_warning("%s", err.msg);
-                        r = 0;
-                }
-                if (r != 0)
-                        return;         /* submitted (r > 0), or the daemon stops */
+                if (daemon_commit_start(d, false, false) != 0)
+                        return;         /* submitted (1), or the daemon stops (-1) */
         }
         daemon_stats(d, &st);
         daemon_txn_log_totals(d);

@@ -192,6 +192,7 @@ void daemon_txn_maybe_close(daemon_t *d);
 void daemon_txn_check(daemon_t *d);
 void daemon_txn_done(daemon_t *d);
 int daemon_txn_end_start(daemon_t *d, bool aborting, bool rewind);
+int daemon_commit_start(daemon_t *d, bool aborting, bool rewind);
 void daemon_txn_log_totals(const daemon_t *d);
 
 /* daemon_rebalance.c: Kafka's callbacks (kafka_callbacks_t) and the

@@ -60,7 +60,6 @@ static void daemon_revoke_complete(daemon_t *d) {
 static bool daemon_revoke_end(daemon_t *d, const rd_kafka_topic_partition_list_t *parts) {
         uint64_t now = daemon_now_us();
         bool unfinished = daemon_records_in_pipeline(d) > 0 || batch_offsets_pending(d->offsets) > 0;
-        errbuf_t err = {};
 
         /* CLOCK_MONOTONIC seconds, as systemd's own timestamps: the
          * notify test matches this window against the pings it received. */
@@ -101,17 +100,12 @@ static bool daemon_revoke_end(daemon_t *d, const rd_kafka_topic_partition_list_t
                 bool aborting = d->revoke_lost || d->txn_doomed || unfinished;
 
                 d->txn_doomed = false;
-                return daemon_txn_end_start(d, aborting, kept) > 0;
+                return daemon_commit_start(d, aborting, kept) > 0;
         }
-        if (d->revoke_lost)
-                return false;
-        /* At least once: the stored offsets, committed on the transaction
-         * thread, however long the coordinator takes (the loop answers
-         * meanwhile, and the revoke waits for the commit). */
-        if (kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_OFFSETS, NULL, -1, false, &err) == 0)
-                return true;
-        log_warning("%s", err.msg);
-        return false;
+        /* At least once: the stored offsets, unless the group has moved
+         * the partitions on (the loop answers meanwhile, and the revoke
+         * waits for the commit). */
+        return !d->revoke_lost && daemon_commit_start(d, false, false) > 0;
 }
 
 /* After every event (daemon_progress): moves a revoke on, or ends it. */

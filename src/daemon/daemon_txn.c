@@ -176,6 +176,24 @@ int daemon_txn_end_start(daemon_t *d, bool aborting, bool rewind) {
         return 1;
 }
 
+/* The last commit of a revoke or the drain, handed to the transaction
+ * thread: under exactly-once the open transaction's end
+ * (daemon_txn_end_start: aborting, rewind), at least once the consumer's
+ * stored offsets, committed however long the coordinator takes. 1 when a
+ * job went (daemon_txn_done takes its result), 0 when there was none to
+ * hand (nothing to end; at least once, a submit that failed, logged: the
+ * next owner reads those records again), -1 when the daemon stops. */
+int daemon_commit_start(daemon_t *d, bool aborting, bool rewind) {
+        errbuf_t err = {};
+
+        if (daemon_eos(d))
+                return daemon_txn_end_start(d, aborting, rewind);
+        if (kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_OFFSETS, NULL, -1, false, &err) == 0)
+                return 1;
+        log_warning("%s", err.msg);
+        return 0;
+}
+
 /* The transaction thread is done (its fd readable): settles the result,
  * and opens the intake again, unless a revoke is in progress (it does that
  * itself: daemon_revoke_check), the daemon stops, drains or swaps its model.

@@ -371,13 +371,15 @@ static void rb_revoked(void *u, const rd_kafka_topic_partition_list_t *parts) {
         (void)parts;
         rb.revoked++;
 }
-static void test_kafka_rebalance_error_revokes(void) {
+/* A kafka_t with rb's callbacks (no broker), and partitions 0 and 1 of the
+ * input topic assigned to it: the list returned (the caller's). */
+static rd_kafka_topic_partition_list_t *rb_assigned(cfg_t **cp, kafka_t **kp) {
         static const kafka_callbacks_t cb = { .revoking = rb_revoking, .revoked = rb_revoked };
+        rd_kafka_topic_partition_list_t *parts;
         kafka_limits_t l;
+        errbuf_t err = {};
         cfg_t *c = NULL;
         kafka_t *k = NULL;
-        errbuf_t err = {};
-        rd_kafka_topic_partition_list_t *parts;
 
         CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
         snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
@@ -387,6 +389,16 @@ static void test_kafka_rebalance_error_revokes(void) {
         rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 0);
         rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 1);
         kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts, k);
+        *cp = c;
+        *kp = k;
+        return parts;
+}
+
+static void test_kafka_rebalance_error_revokes(void) {
+        cfg_t *c;
+        kafka_t *k;
+        rd_kafka_topic_partition_list_t *parts = rb_assigned(&c, &k);
+
         CU_ASSERT_EQUAL(kafka_get_assigned(k), 2);
         memset(&rb, 0, sizeof(rb));
         kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__FAIL, parts, k);
@@ -404,23 +416,12 @@ static void test_kafka_rebalance_error_revokes(void) {
  * nothing is consumed until kafka_revoke_done, which unassigns them and
  * calls the revoked callback then; a second call does nothing. */
 static void test_kafka_revoke_deferred(void) {
-        static const kafka_callbacks_t cb = { .revoking = rb_revoking, .revoked = rb_revoked };
         const rd_kafka_topic_partition_list_t *pending;
         rd_kafka_message_t *m = NULL;
-        kafka_limits_t l;
-        cfg_t *c = NULL;
-        kafka_t *k = NULL;
-        errbuf_t err = {};
-        rd_kafka_topic_partition_list_t *parts;
+        cfg_t *c;
+        kafka_t *k;
+        rd_kafka_topic_partition_list_t *parts = rb_assigned(&c, &k);
 
-        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
-        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
-        kafka_limits_from_budget(0, &l);
-        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, NULL, &err), 0);
-        parts = rd_kafka_topic_partition_list_new(2);
-        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 0);
-        rd_kafka_topic_partition_list_add(parts, c->kafka.input_topic, 1);
-        kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts, k);
         memset(&rb, 0, sizeof(rb));
         rb.defer = true;
         kafka_rebalance_cb(k->consumer, RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, parts, k);
