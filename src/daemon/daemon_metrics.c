@@ -79,6 +79,7 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         s.stage_names = rectime_stage_names;
         s.n_stages = RECTIME_STAGES;
         s.dlq_values_omitted = st.dlq_values_omitted;
+        s.redelivered = st.redelivered;
         s.batches = st.batches;
         s.dead_letters = st.dlq_codes;
         s.n_dead_letters = st.n_dlq_codes;

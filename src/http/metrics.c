@@ -238,6 +238,10 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
                        "that is not W3C Trace Context, a tracestate over 32 members or 512 characters, a "
                        "correlation-id over 1,024 bytes), by header.",
                        s->headers_cut, s->n_headers_cut);
+        metrics_counter(f, "inferd_records_redelivered_total",
+                        "Records librdkafka handed out a second time without a rewind of the daemon's (a pause "
+                        "racing an assignment's first fetch); dropped, their first copy is answered.",
+                        s->redelivered);
         metrics_counter(f, "inferd_batches_total", "Batches submitted to the engine.", s->batches);
         metrics_histogram(f, "inferd_batch_size", "Records per batch submitted to the engine.", s->batch_size);
         metrics_histogram(f, "inferd_batch_duration_seconds", "A batch's time from engine submit to its results.",

@@ -38,6 +38,7 @@ typedef struct metrics_snapshot {
         /* Records. */
         uint64_t predicted, dead_lettered, batches;
         uint64_t expired;                       /* past max_record_age and skipped (no DLQ copy) */
+        uint64_t redelivered;                   /* records librdkafka handed out again, dropped */
         uint64_t dlq_values_omitted;            /* DLQ copies sent without their value (too large) */
         const metrics_count_t *dead_letters;    /* by DLQ code */
         size_t n_dead_letters;

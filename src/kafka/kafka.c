@@ -1,8 +1,8 @@
 /* kafka: librdkafka consumer and producer for the daemon's event loop.
  * See kafka.h. It logs librdkafka's own lines and errors (it is part of the
  * daemon layer), but decides nothing about records, batches or offsets.
- * Exactly-once's transactions and rewind are in kafka_txn.c; the struct
- * they share in kafka_priv.h. */
+ * Exactly-once's transactions and rewind are in kafka_txn.c, rebalances
+ * and pausing in kafka_rebalance.c; the struct they share in kafka_priv.h. */
 #include "kafka/kafka_priv.h"
 
 #include <assert.h>
@@ -159,7 +159,7 @@ static bool kafka_is_auth_error(int err) {
 
 /* Something worked end to end (a record consumed, an output acknowledged,
  * partitions assigned): the cluster is reachable and accepts us. */
-static void kafka_health_ok(kafka_t *k) {
+void kafka_health_ok(kafka_t *k) {
         k->brokers_down = false;
         k->auth_failed = false;
         kafka_auth_clear(&k->auth);
@@ -252,7 +252,7 @@ kafka_part_t *kafka_part(kafka_t *k, int32_t partition, bool add) {
         return &k->parts[k->n_parts++];
 }
 
-static void kafka_parts_assigned(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool assigned) {
+void kafka_parts_assigned(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool assigned) {
         for (int i = 0; i < parts->cnt; i++) {
                 kafka_part_t *p;
 
@@ -364,132 +364,6 @@ kafka_health_t kafka_get_health(const kafka_t *k) {
 size_t kafka_get_errors(const kafka_t *k, const metrics_count_t **ret) {
         *ret = k->errors;
         return k->n_errors;
-}
-
-static bool kafka_cooperative(kafka_t *k) {
-        return strcmp(rd_kafka_rebalance_protocol(k->consumer), "COOPERATIVE") == 0;
-}
-
-/* librdkafka's unassign of parts, then the revoked callback. */
-static void kafka_unassign(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool coop) {
-        rd_kafka_error_t *e = NULL;
-        rd_kafka_resp_err_t re = RD_KAFKA_RESP_ERR_NO_ERROR;
-
-        if (coop)
-                e = rd_kafka_incremental_unassign(k->consumer, parts);
-        else
-                re = rd_kafka_assign(k->consumer, NULL);
-        if (e || re)
-                log_error("Failed to unassign partitions: %s", e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
-        rd_kafka_error_destroy(e);
-        kafka_parts_assigned(k, parts, false);
-        if (k->cb.revoked)
-                k->cb.revoked(k->userdata, parts);
-}
-
-/* Gives the partitions up: the daemon's revoking callback (which answers
- * or hands back what it took from them), then the unassign. lost: the group
- * has already moved them on.
- *
- * The callback may defer (issue 36): a revoke is then a state of the
- * daemon's loop, which goes on serving its engine, producer, probes and
- * timers until the records taken from the partitions are finished or given
- * up, and the commit or abort is done on the transaction thread; only then
- * does it call kafka_revoke_done. librdkafka allows the rebalance callback
- * to return without the unassign: the group's rebalance waits for the call
- * (its WAIT_UNASSIGN_CALL state), and the revoked partitions are paused by
- * librdkafka meanwhile. The callback was chosen over RD_KAFKA_EVENT_REBALANCE
- * on a queue of its own: the rebalances already arrive on the consumer queue
- * the loop serves, and nothing else changes. While one is pending,
- * kafka_consume polls nothing, so no later rebalance (an assignment the
- * unassign would throw away) is served before it. Closing, nothing defers:
- * rd_kafka_consumer_close waits for the unassign inside its own call. */
-static void kafka_revoke(kafka_t *k, rd_kafka_topic_partition_list_t *parts, bool lost, bool coop) {
-        rd_kafka_topic_partition_list_t *copy = k->closed ? NULL : rd_kafka_topic_partition_list_copy(parts);
-
-        if (k->revoke) {
-                /* Not seen: librdkafka sends none before the unassign. */
-                log_warning("A revoke came while another was pending: completing that one first");
-                kafka_revoke_done(k);
-        }
-        if (k->cb.revoking && k->cb.revoking(k->userdata, parts, lost, copy != NULL)) {
-                k->revoke = copy;
-                k->revoke_coop = coop;
-                return;
-        }
-        if (copy)
-                rd_kafka_topic_partition_list_destroy(copy);
-        kafka_unassign(k, parts, coop);
-}
-
-void kafka_revoke_done(kafka_t *k) {
-        rd_kafka_topic_partition_list_t *parts = k->revoke;
-
-        if (!parts)
-                return;
-        k->revoke = NULL;
-        kafka_unassign(k, parts, k->revoke_coop);
-        rd_kafka_topic_partition_list_destroy(parts);
-}
-
-const rd_kafka_topic_partition_list_t *kafka_revoke_pending(const kafka_t *k) {
-        return k->revoke;
-}
-
-void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
-                        void *opaque) {
-        kafka_t *k = opaque;
-        bool coop = kafka_cooperative(k), lost;
-        rd_kafka_error_t *e = NULL;
-        rd_kafka_resp_err_t re = RD_KAFKA_RESP_ERR_NO_ERROR;
-
-        switch (err) {
-        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-                log_info("Assigned %d partition(s) (%s rebalance)", parts->cnt, coop ? "cooperative" : "eager");
-                if (coop)
-                        e = rd_kafka_incremental_assign(rk, parts);
-                else
-                        re = rd_kafka_assign(rk, parts);
-                if (e || re) {
-                        log_error("Failed to assign partitions: %s",
-                                  e ? rd_kafka_error_string(e) : rd_kafka_err2str(re));
-                        rd_kafka_error_destroy(e);
-                        break;
-                }
-                kafka_parts_assigned(k, parts, true);
-                kafka_health_ok(k);
-                if (k->cb.assigned)
-                        k->cb.assigned(k->userdata, parts);
-                /* Set the pause state either way: librdkafka keeps a
-                 * partition's pause flag across an unassign, so a partition
-                 * paused when it was revoked would come back paused. */
-                if (k->paused)
-                        rd_kafka_pause_partitions(rk, parts);
-                else
-                        rd_kafka_resume_partitions(rk, parts);
-                break;
-
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-                lost = rd_kafka_assignment_lost(rk);
-                log_info("Revoking %d partition(s)%s (%s rebalance)", parts->cnt, lost ? ", lost" : "",
-                         coop ? "cooperative" : "eager");
-                kafka_revoke(k, parts, lost, coop);
-                break;
-
-        default:
-                /* librdkafka (2.x) sends only the two above; rdkafka.h asks
-                 * that any other be handled as a failed rebalance. The
-                 * partitions are given up as lost, through the same path
-                 * as a revoke: what was taken from them is answered or
-                 * handed back, and their offsets are not committed past it. */
-                log_error("Kafka rebalance failed: %s; giving up %d partition(s) as lost", rd_kafka_err2str(err),
-                          parts ? parts->cnt : 0);
-                if (parts)
-                        kafka_revoke(k, parts, true, coop);
-                else
-                        rd_kafka_assign(rk, NULL);
-                break;
-        }
 }
 
 /* ssl.certificate.verify_cb, on librdkafka's threads: see kafka_auth_verify. */
@@ -754,6 +628,8 @@ int kafka_consume(kafka_t *k, rd_kafka_message_t **ret) {
                 kafka_health_ok(k);
                 if (p)
                         p->last_taken_ts_ms = rd_kafka_message_timestamp(m, NULL);
+                if (k->paused)
+                        kafka_pause_again(k, m);
         }
         *ret = m;
         return 1;
@@ -761,27 +637,6 @@ int kafka_consume(kafka_t *k, rd_kafka_message_t **ret) {
 
 void kafka_poll_producer(kafka_t *k) {
         rd_kafka_poll(k->producer, 0);
-}
-
-int kafka_set_paused(kafka_t *k, bool paused) {
-        rd_kafka_topic_partition_list_t *parts = NULL;
-        rd_kafka_resp_err_t re;
-
-        if (k->paused == paused || k->closed)
-                return 0;
-        re = rd_kafka_assignment(k->consumer, &parts);
-        if (re)
-                return -EIO;
-        re = paused ? rd_kafka_pause_partitions(k->consumer, parts) : rd_kafka_resume_partitions(k->consumer, parts);
-        rd_kafka_topic_partition_list_destroy(parts);
-        if (re)
-                return -EIO;
-        k->paused = paused;
-        return 0;
-}
-
-bool kafka_is_paused(const kafka_t *k) {
-        return k->paused;
 }
 
 size_t kafka_headers_bytes(const rd_kafka_headers_t *headers) {

@@ -128,7 +128,19 @@ int kafka_txn_commit_calls(kafka_t *k, const rd_kafka_topic_partition_list_t *of
 int kafka_txn_abort_call(kafka_t *k, int timeout_ms, errbuf_t *err);
 int kafka_committed_read(kafka_t *k, rd_kafka_topic_partition_list_t **ret, errbuf_t *err);
 
-/* librdkafka's rebalance_cb (kafka.c); here so that the unit tests can
+/* Something worked end to end (a record consumed, an output acknowledged,
+ * partitions assigned): the cluster is reachable and accepts us. */
+void kafka_health_ok(kafka_t *k);
+
+/* Marks the input topic's partitions of parts (un)assigned, their lag
+ * unknown. */
+void kafka_parts_assigned(kafka_t *k, const rd_kafka_topic_partition_list_t *parts, bool assigned);
+
+/* m came while fetching is paused: librdkafka dropped the pause of its
+ * partition, which is paused again (kafka_rebalance.c). */
+void kafka_pause_again(kafka_t *k, const rd_kafka_message_t *m);
+
+/* librdkafka's rebalance_cb (kafka_rebalance.c); here so that the unit tests can
  * hand it an event that librdkafka itself never sends (a failed rebalance). */
 void kafka_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
                         void *opaque);

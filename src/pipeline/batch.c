@@ -328,6 +328,12 @@ int batch_offsets_track(batch_offsets_t *o, const char *topic, int32_t partition
         return p->id;
 }
 
+bool batch_offsets_taken(const batch_offsets_t *o, const char *topic, int32_t partition, int64_t offset) {
+        const batch_part_t *p = batch_offsets_find(o, topic, partition);
+
+        return p && offset <= p->last_tracked;
+}
+
 int batch_offsets_done(batch_offsets_t *o, int id, int64_t offset, const char **topic, int32_t *partition,
                        int64_t *next_offset) {
         batch_part_t *p = batch_offsets_find_id(o, id);

@@ -109,6 +109,12 @@ int batch_offsets_revoke(batch_offsets_t *o, const char *topic, int32_t partitio
  * -ENOMEM. */
 int batch_offsets_track(batch_offsets_t *o, const char *topic, int32_t partition, int64_t offset);
 
+/* Whether that offset was handed out before in the partition's current
+ * tracking (at or below the last one tracked): librdkafka gave the same
+ * record out again without a rewind of the owner's, which would assign the
+ * partition afresh. False for a partition not assigned. */
+bool batch_offsets_taken(const batch_offsets_t *o, const char *topic, int32_t partition, int64_t offset);
+
 /* Marks (id, offset) done. Returns 1 when the partition's committable
  * position moved: *topic, *partition and *next_offset then tell what to store
  * (the offset after the last record of the done prefix). Returns 0 when it

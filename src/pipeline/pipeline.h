@@ -146,6 +146,8 @@ typedef struct pipeline_stats {
         uint64_t predictions_out;       /* predictions handed to the producer */
         uint64_t dlq_out;               /* DLQ copies handed to the producer */
         uint64_t expired_skipped;       /* past max_record_age, finished without output (skip) */
+        uint64_t redelivered;           /* records librdkafka handed out again without a rewind: dropped,
+                                         * their first copy answered */
         uint64_t dlq_values_omitted;    /* of those, copies sent without their value (too large) */
         uint64_t outputs_given_up;      /* records whose partition was revoked or rewound after they were
                                          * taken: no output (their next reader takes them again) */

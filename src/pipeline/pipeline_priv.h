@@ -184,6 +184,8 @@ struct pipeline {
         rectime_t *times;               /* (depth * capacity) each position's record's times */
         pipeline_source_t *sources;     /* (depth * capacity) each position's record (owned while placed) */
         uint64_t expired_skipped;
+        uint64_t redelivered;           /* records handed out again by librdkafka, dropped */
+        uint64_t redelivered_logged_us; /* when that was last logged (0: never) */
         metrics_hist_t stage_seconds[RECTIME_STAGES];
 };
 

@@ -11,10 +11,15 @@
  *   unit-tests NAME...         only the suites of exactly these names
  *                              (tests/run unit NAME...); an unknown name is
  *                              an error, exit 2
- *   unit-tests --list          the suites' names, one a line */
+ *   unit-tests --list          the suites' names, one a line
+ *
+ * UNIT_TEST=NAME runs only the tests of that name in the suites chosen
+ * (to repeat one test while chasing a rare failure); a name that matches
+ * no test is an error, exit 2. */
 #include <CUnit/Basic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -86,7 +91,29 @@ static bool unit_names_known(int argc, char **argv) {
         return true;
 }
 
+/* With UNIT_TEST set, every test of another name is made inactive. 0, or
+ * -1 when none has that name. */
+static int unit_only_test(const char *name) {
+        CU_pTestRegistry reg = CU_get_registry();
+        int found = 0;
+
+        CU_set_fail_on_inactive(CU_FALSE);
+        for (CU_pSuite s = reg->pSuite; s; s = s->pNext)
+                for (CU_pTest t = s->pTest; t; t = t->pNext) {
+                        bool keep = !strcmp(t->pName, name);
+
+                        found += keep;
+                        CU_set_test_active(t, keep ? CU_TRUE : CU_FALSE);
+                }
+        if (!found) {
+                fprintf(stderr, "unit-tests: UNIT_TEST=%s names no test of the suites chosen\n", name);
+                return -1;
+        }
+        return 0;
+}
+
 int main(int argc, char **argv) {
+        const char *only = getenv("UNIT_TEST");
         unsigned failed;
 
         if (argc == 2 && !strcmp(argv[1], "--list")) {
@@ -108,6 +135,10 @@ int main(int argc, char **argv) {
         }
 #include "unit_registry.h"
 #undef UNIT_SUITE
+        if (only && *only && unit_only_test(only) < 0) {
+                CU_cleanup_registry();
+                return 2;
+        }
 
         /* CU_run_all_tests, not the Basic interface, which replaces the handler. */
         CU_set_test_start_handler(on_test_start);

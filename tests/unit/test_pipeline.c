@@ -105,6 +105,50 @@ static void test_pipeline_records_to_predictions_and_dlq(void) {
         tp_teardown(&t);
 }
 
+/* librdkafka hands out records already taken, without a rewind of the
+ * pipeline's owner (a seek here; in the wild, 2.0.2's pause racing an
+ * assignment's first fetch): each is dropped and counted, and nothing is
+ * produced twice. */
+static void test_pipeline_redelivered_dropped(void) {
+        rd_kafka_topic_partition_list_t *to;
+        pipeline_stats_t st;
+        uint64_t end;
+        errbuf_t err = {};
+        tp_t t;
+
+        if (tp_setup(&t) < 0)
+                return;
+        CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && pipeline_now_us() < end)
+                tp_turn(&t);
+        CU_ASSERT_EQUAL_FATAL(t.delivered_predictions + t.delivered_dlq, TP_GOOD + 1);
+
+        /* Back to offset 1: the six records from there come again. */
+        to = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(to, "tp.in", 0)->offset = 1;
+        CU_ASSERT_EQUAL(kafka_seek_to(t.kafka, to, &err), 0);
+        rd_kafka_topic_partition_list_destroy(to);
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        do {
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+        } while (st.redelivered < TP_GOOD && !t.fails && pipeline_now_us() < end);
+        /* A while more, for any output a second copy would make. */
+        end = pipeline_now_us() + 2 * TP_MAX_DELAY_MS * 1000ULL;
+        while (pipeline_now_us() < end)
+                tp_turn(&t);
+        pipeline_get_stats(t.pipeline, &st);
+        CU_ASSERT_EQUAL(st.redelivered, TP_GOOD);
+        CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
+        CU_ASSERT_EQUAL(t.delivered_predictions, TP_GOOD);
+        CU_ASSERT_EQUAL(t.delivered_dlq, 1);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(batch_offsets_pending(t.offsets), 0);
+        tp_teardown(&t);
+}
+
 /* The exactly-once commit point: with the intake closed nothing is taken.
  * For PIPELINE_HOLD_MAX_US fetching goes on (the records wait in
  * librdkafka's queue, and so does the rebalance that assigns the
@@ -160,8 +204,11 @@ static void test_pipeline_intake_closed_takes_nothing(void) {
         CU_ASSERT_EQUAL(t.delivered_dlq, 1);
         pipeline_get_stats(t.pipeline, &st);
         CU_ASSERT_EQUAL(st.records_in, TP_GOOD + 1);
-        /* Seen once (2026-12-02, in a full run; not again in 17 runs after it):
-         * the counts, for the next time. */
+        /* Failed about one run in 90 until 2026-12-06 (12 predictions, 2 DLQ
+         * copies, 14 records in: librdkafka 2.0.2 dropped the pause issued
+         * right after the assign, fetched, and fetched again from the start
+         * on resume; see kafka_rebalance_cb and pipeline_drop_redelivered).
+         * The counts, should it come back. */
         if (t.delivered_predictions != TP_GOOD || t.delivered_dlq != 1 || st.records_in != TP_GOOD + 1)
                 fprintf(stderr, "intake_closed_takes_nothing: %d predictions, %d DLQ copies, %" PRIu64
                         " records in, %" PRIu64 " held, paused %d (want %d, 1, %d)\n",
@@ -1055,6 +1102,7 @@ int test_pipeline_register(void) {
         static CU_TestInfo tests[] = {
                 { "live_settings_and_stats", test_pipeline_live_settings_and_stats },
                 { "records_to_predictions_and_dlq", test_pipeline_records_to_predictions_and_dlq },
+                { "redelivered_dropped", test_pipeline_redelivered_dropped },
                 { "intake_closed_takes_nothing", test_pipeline_intake_closed_takes_nothing },
                 { "intake_reopened_within_the_hold", test_pipeline_intake_reopened_within_the_hold },
                 { "cap_holds_batches", test_pipeline_cap_holds_batches },
