@@ -431,13 +431,6 @@ void daemon_watchdog_ping(daemon_t *d) {
                             (double)(t - st.last_progress_us) / 1e6);
 }
 
-/* A revoke waits for the transaction thread's commit or abort (the revoke
- * callback blocks the loop until issue 36's revoke becomes a state of it):
- * it pings on the same rule meanwhile. */
-static void daemon_on_txn_waiting(void *userdata) {
-        daemon_watchdog_ping(userdata);
-}
-
 static int daemon_on_watchdog(sd_event_source *s, uint64_t usec, void *userdata) {
         daemon_t *d = userdata;
 
@@ -562,6 +555,32 @@ static void daemon_serve_starting(daemon_t *d) {
         httpd_serve_pending(d->probes_httpd);
 }
 
+/* Called about every 100 ms while the daemon waits for the transaction
+ * thread: start-up for init_transactions, and a revoke inside the
+ * consumer's close (the loop has ended) for its commit or abort. Pings the
+ * watchdog on the usual rule and, starting, answers the endpoint. */
+static void daemon_on_txn_waiting(void *userdata) {
+        daemon_t *d = userdata;
+
+        daemon_watchdog_ping(d);
+        if (!d->started)
+                daemon_serve_starting(d);
+}
+
+/* init_transactions, on the transaction thread: fences an earlier
+ * incarnation of this instance and aborts the transaction it left open,
+ * retrying a coordinator that does not answer for up to
+ * DAEMON_TXN_INIT_MAX_MS. Start-up waits for it while the endpoint answers
+ * (/livez within about 100 ms, /readyz "starting"). */
+static int daemon_txn_init(daemon_t *d, errbuf_t *err) {
+        kafka_txn_result_t res;
+        int r = kafka_txn_submit(d->kafka, KAFKA_TXN_JOB_INIT, NULL, DAEMON_TXN_INIT_MAX_MS, false, err);
+
+        if (r < 0)
+                return r;
+        return kafka_txn_wait(d->kafka, &res, err);
+}
+
 /* Start-up's first long step: the weights (or, for the pipeline benchmark,
  * the layer table only: nothing is computed), checked against the config. */
 static int daemon_start_model(daemon_t *d, errbuf_t *err) {
@@ -666,7 +685,7 @@ static int daemon_start_kafka(daemon_t *d, errbuf_t *err) {
                  * the transaction it left open. */
                 sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=Initialising Kafka transactions",
                            DAEMON_START_EXTEND_US);
-                r = kafka_txn_init(d->kafka, DAEMON_TXN_TIMEOUT_MS, DAEMON_TXN_INIT_MAX_MS, err);
+                r = daemon_txn_init(d, err);
                 if (r < 0)
                         return r;
                 log_info("Exactly-once delivery: transactions of up to %d ms, read_committed input",

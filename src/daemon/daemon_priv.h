@@ -30,7 +30,6 @@
 #include "decode/pool.h"
 #include "engine/engine.h"
 
-#define DAEMON_TXN_TIMEOUT_MS KAFKA_TXN_TIMEOUT_MS   /* init_transactions' attempts (kafka.h) */
 /* The commit's and the abort's wait on the transaction thread: librdkafka's
  * recommended -1, the transaction's remaining timeout (the offsets' is
  * KAFKA_TXN_TIMEOUT_MS). */

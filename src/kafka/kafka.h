@@ -211,7 +211,7 @@ const char *kafka_get_auth_error(const kafka_t *k);
  *   -EIO        anything else. */
 /* How long one transactional call (init, commit, abort, sending the
  * offsets) and each of the rewind's reads of the brokers may wait. The
- * daemon passes it to the txn calls (DAEMON_TXN_TIMEOUT_MS is this). */
+ * daemon passes it to the txn calls. */
 #define KAFKA_TXN_TIMEOUT_MS 30000
 
 bool kafka_transactional(const kafka_t *k);
@@ -238,11 +238,14 @@ int kafka_txn_begin(kafka_t *k, errbuf_t *err);
  * too, for one job: the consumer's commit of its stored offsets
  * (KAFKA_TXN_JOB_OFFSETS, a revoke's at-least-once commit), which waits as
  * long as the group coordinator takes, off the loop; it is given up only
- * when the module is freed. */
+ * when the module is freed. KAFKA_TXN_JOB_INIT is kafka_txn_init at
+ * start-up, attempts of KAFKA_TXN_TIMEOUT_MS within the job's timeout_ms, so
+ * that the daemon's endpoint answers while a coordinator is awaited. */
 typedef enum kafka_txn_job_kind {
         KAFKA_TXN_JOB_COMMIT,
         KAFKA_TXN_JOB_ABORT,
         KAFKA_TXN_JOB_OFFSETS,
+        KAFKA_TXN_JOB_INIT,
 } kafka_txn_job_kind_t;
 
 typedef struct kafka_txn_result {

@@ -2,8 +2,8 @@
  * thread of the kafka module's own, so that the event loop never waits on a
  * transaction coordinator (issue 36): sending the offsets to the
  * transaction, its commit, its abort, and the read of the group's committed
- * offsets that a rewind starts from; and without exactly-once, a revoke's
- * commit of the consumer's offsets. The owner hands over one job at a time
+ * offsets that a rewind starts from, and init_transactions at start-up; and
+ * without exactly-once, a revoke's commit of the consumer's offsets. The owner hands over one job at a time
  * (kafka_txn_submit), watches kafka_txn_fd, and takes the result on its own
  * thread (kafka_txn_collect), where the module's state (txn_open,
  * txn_failed) changes: the thread reads and writes none of it, only the job.
@@ -76,6 +76,10 @@ static void kafka_txn_run(kafka_t *k, kafka_txn_job_t *j) {
         j->committed = j->aborted = false;
         j->cause[0] = '\0';
         j->rewind_to = NULL;
+        if (j->kind == KAFKA_TXN_JOB_INIT) {
+                j->status = kafka_txn_init(k, KAFKA_TXN_TIMEOUT_MS, j->timeout_ms, &j->err);
+                return;
+        }
         if (j->kind == KAFKA_TXN_JOB_OFFSETS) {
                 j->status = kafka_offsets_commit_call(k, j);
                 j->committed = j->status == 0;
@@ -216,7 +220,7 @@ int kafka_txn_collect(kafka_t *k, kafka_txn_result_t *res, errbuf_t *err) {
                 rd_kafka_topic_partition_list_destroy(j->offsets);
         j->offsets = NULL;
         /* The module's state follows the job, here on the owner's thread. */
-        if (j->kind != KAFKA_TXN_JOB_OFFSETS && (j->committed || j->aborted)) {
+        if ((j->kind == KAFKA_TXN_JOB_COMMIT || j->kind == KAFKA_TXN_JOB_ABORT) && (j->committed || j->aborted)) {
                 k->txn_open = false;
                 k->txn_failed = false;
         }

@@ -296,6 +296,43 @@ static void test_kafka_txn_init_bounded(void) {
         cfg_free(c);
 }
 
+static void tk_count_waits(void *userdata) {
+        (*(int *)userdata)++;
+}
+
+/* The same on the transaction thread (the daemon's start-up): the caller's
+ * thread is free while the coordinator is awaited, and the waiting
+ * callback (the daemon answers its endpoint there) runs every 100 ms or
+ * so; the job ends with the same sentence. */
+static void test_kafka_txn_init_on_the_thread(void) {
+        static const kafka_callbacks_t cb = { .txn_waiting = tk_count_waits };
+        kafka_txn_result_t res;
+        kafka_limits_t l;
+        cfg_t *c = NULL;
+        kafka_t *k = NULL;
+        errbuf_t err = {};
+        int waits = 0, r;
+
+        CU_ASSERT_FATAL(cfg_new_defaults(&c) == 0);
+        snprintf(c->kafka.brokers, sizeof(c->kafka.brokers), "127.0.0.1:1");
+        c->kafka.delivery = CFG_DELIVERY_EXACTLY_ONCE;
+        kafka_limits_from_budget(0, &l);
+        CU_ASSERT_EQUAL_FATAL(kafka_new(&k, c, &l, &cb, &waits, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(kafka_txn_submit(k, KAFKA_TXN_JOB_INIT, NULL, 1000, false, &err), 0);
+        CU_ASSERT_TRUE(kafka_txn_busy(k));
+        CU_ASSERT_EQUAL(kafka_txn_collect(k, &res, &err), -EINPROGRESS);
+        r = kafka_txn_wait(k, &res, &err);
+        CU_ASSERT_EQUAL(r, -ETIMEDOUT);
+        CU_ASSERT_EQUAL(res.kind, KAFKA_TXN_JOB_INIT);
+        CU_ASSERT_FALSE(kafka_txn_busy(k));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Failed to initialise transactions: no transaction coordinator "
+                                              "accepted this producer within 1.0 s ("));
+        /* About ten in the second; at least five on a loaded machine. */
+        CU_ASSERT(waits >= 5);
+        kafka_free(k);
+        cfg_free(c);
+}
+
 /* A broker that stays down (nothing listens on port 1): each transport
  * failure is one line, not librdkafka's FAIL log line and the error event
  * both, and repeats within a minute are not logged (issue 26, item 7: 27
@@ -651,6 +688,7 @@ int test_kafka_register(void) {
                 { "producer_queue_capped", test_kafka_producer_queue_capped },
                 { "producer_linger", test_kafka_producer_linger },
                 { "txn_init_bounded", test_kafka_txn_init_bounded },
+                { "txn_init_on_the_thread", test_kafka_txn_init_on_the_thread },
                 { "broker_down_logged_once", test_kafka_broker_down_logged_once },
                 { "txn_commit_retries_fail", test_kafka_txn_commit_retries_fail },
                 { "rebalance_error_revokes", test_kafka_rebalance_error_revokes },
