@@ -16,6 +16,8 @@ typedef struct pipebench {
         unsigned char *input;   /* (depth, max_batch, RECORD_MAX_BYTES) host staging, never read */
         float *logits;          /* (depth, max_batch, classes) zeros */
         engine_topk_t *topk;    /* (depth, max_batch, top_k) class 0, score 0 */
+        float *embedding;       /* (depth, max_batch, embedding_dim) ones, when the plan has embeddings */
+        int embedding_dim;
         int *done;              /* (depth) FIFO of completed slots */
         int done_head, done_len;
 } pipebench_t;
@@ -40,8 +42,19 @@ static int pipebench_ops_open(engine_t *e, errbuf_t *err) {
         p->logits = calloc(records * (size_t)p->classes, sizeof(float));
         p->topk = calloc(records * (size_t)p->top_k, sizeof(engine_topk_t));
         p->done = calloc((size_t)p->depth, sizeof(int));
+        /* [output] kind = embedding or both: a vector of ones (finite, and
+         * of norm > 0 for l2), so that their encoding is measured too. */
+        p->embedding_dim = e->plan.embedding_dim;
+        if (p->embedding_dim > 0) {
+                size_t n = records * (size_t)p->embedding_dim;
+
+                p->embedding = malloc(n * sizeof(float));
+                for (size_t i = 0; p->embedding && i < n; i++)
+                        p->embedding[i] = 1.0f;
+        }
         e->impl = p;
-        if (p->efd < 0 || !p->input || !p->logits || !p->topk || !p->done) {
+        if (p->efd < 0 || !p->input || !p->logits || !p->topk || !p->done ||
+            (p->embedding_dim > 0 && !p->embedding)) {
                 pipebench_ops_close(e);
                 return errbuf_set(err, -ENOMEM, "out of memory for the pipeline benchmark's slots");
         }
@@ -58,6 +71,7 @@ static void pipebench_ops_close(engine_t *e) {
         free(p->input);
         free(p->logits);
         free(p->topk);
+        free(p->embedding);
         free(p->done);
         free(p);
         e->impl = NULL;
@@ -111,6 +125,12 @@ static const engine_topk_t *pipebench_ops_slot_topk(engine_t *e, int slot) {
         return p->topk + (size_t)slot * (size_t)p->max_batch * (size_t)p->top_k;
 }
 
+static const float *pipebench_ops_slot_embedding(engine_t *e, int slot) {
+        pipebench_t *p = e->impl;
+
+        return p->embedding + (size_t)slot * (size_t)p->max_batch * (size_t)p->embedding_dim;
+}
+
 static int pipebench_ops_completion_fd(engine_t *e) {
         return ((pipebench_t *)e->impl)->efd;
 }
@@ -124,6 +144,7 @@ static const engine_ops_t pipebench_ops = {
         .reap = pipebench_ops_reap,
         .slot_logits = pipebench_ops_slot_logits,
         .slot_topk = pipebench_ops_slot_topk,
+        .slot_embedding = pipebench_ops_slot_embedding,
         .completion_fd = pipebench_ops_completion_fd,
 };
 
