@@ -670,25 +670,6 @@ static void test_pipeline_dlq_broker_refuses_size(void) {
 
 /* The value of header name in h as a NUL-terminated copy in buf ("" when
  * absent; *present says which). */
-static const char *tp_header(const rd_kafka_headers_t *h, const char *name, char *buf, size_t size, bool *present) {
-        const void *v;
-        size_t len;
-
-        *present = h && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
-        snprintf(buf, size, "%.*s", *present ? (int)len : 0, *present ? (const char *)v : "");
-        return buf;
-}
-
-/* Runs the pipeline until n outputs (or a failure) are delivered. */
-static void tp_run_to(tp_t *t, int n) {
-        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
-
-        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
-        while (t->delivered_predictions + t->delivered_dlq < n && !t->fails && !t->delivery_errors &&
-               pipeline_now_us() < end)
-                tp_turn(t);
-}
-
 #define TP_PARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 /* Issue 41, item 4: a good record with a 1.2 MB tracestate stopped the
