@@ -4,7 +4,7 @@
  *                  [--format rgb8|f32|mixed|jpeg|png|webp] [--images DIR] [--bad-fraction F]
  *                  [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
- *                  [--age-ms MS] [--trace]
+ *                  [--age-ms MS] [--trace] [--repeat-fraction F]
  *
  * It produces N records of the raw input formats (src/core/record.h), or of
  * JPEG, PNG or WebP (the files of --images DIR in name order, cycled, or
@@ -30,6 +30,13 @@
  * skew), for the daemon's deadline on records. --trace adds W3C trace
  * context headers: traceparent 00-<32 hex>-<16 hex>-01 and tracestate
  * inferd=<key>, both a function of (seed, i).
+ *
+ * --repeat-fraction F makes exactly floor(N * F) records, spread evenly,
+ * repeat the value of an earlier record: each one of the last
+ * PRODUCE_REPEAT_WINDOW distinct values before it (chosen by its index), as
+ * producer retries, replays and re-posted images repeat them (the result
+ * cache's benchmark, tools/bench-cache). The distinct values are those of
+ * a stream without repeats, in order.
  *
  * It is not a benchmark of the daemon by itself, and it never reads back. */
 #include <errno.h>
@@ -104,6 +111,7 @@ typedef struct produce_opts {
         produce_format_t format;
         produce_payload_t payload;
         double bad_fraction;
+        double repeat_fraction;         /* --repeat-fraction: records that repeat an earlier value */
         uint64_t seed;
         produce_choice_t content_type;
         int timeout_s;                  /* for the final flush */
@@ -407,6 +415,7 @@ static void usage(FILE *f) {
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
                 "                      [--age-ms MS] [--trace] [--bad-bytes N] [--header-bytes N]\n"
+                "                      [--repeat-fraction F]\n"
                 "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG/WebP: the files of\n"
                 "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
@@ -419,7 +428,8 @@ static void usage(FILE *f) {
                 "(negative: the future). --trace: traceparent and tracestate headers. --bad-bytes N\n"
                 "makes every bad record N random bytes without a content-type (bad-size, or\n"
                 "too-large over 602,112), and --header-bytes N gives the bad records a header\n"
-                "inferd-test-big of N bytes.\n");
+                "inferd-test-big of N bytes. --repeat-fraction F (below 1): that fraction of the\n"
+                "records repeat the value of one of the last 1000 distinct values before them.\n");
 }
 
 static int parse_double(const char *s, double min, double max, double *ret) {
@@ -444,11 +454,29 @@ static produce_kind_t record_kind(long i, double f) {
         return (produce_kind_t)(1 + before % (KIND_COUNT - 1));
 }
 
+/* A repeat takes one of this many distinct values before it: far enough
+ * back that the record it repeats is done with (not in flight), as a
+ * re-posted image is, except when the window is young. */
+#define PRODUCE_REPEAT_WINDOW 1000
+
+/* The number of the distinct value record i carries (the seed of its
+ * value): record i repeats when floor((i+1)F) > floor(iF), as record_kind
+ * picks bad ones, and takes one of the PRODUCE_REPEAT_WINDOW distinct
+ * values before it; the others take the next. F < 1, so record 0 is new. */
+static long record_value_index(long i, double f) {
+        long repeats = (long)floor((double)i * f), distinct = i - repeats, window;
+
+        if ((long)floor((double)(i + 1) * f) == repeats || distinct == 0)
+                return distinct;
+        window = distinct < PRODUCE_REPEAT_WINDOW ? distinct : PRODUCE_REPEAT_WINDOW;
+        return distinct - 1 - (long)(mix64((uint64_t)i) % (uint64_t)window);
+}
+
 /* Makes record i into buf; returns its length and sets *ct (NULL = no
  * content-type header). */
 static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, uint8_t *buf, const char **ct,
                           produce_stats_t *st) {
-        uint64_t s = mix64(o->seed ^ mix64((uint64_t)i + 1));
+        uint64_t s = mix64(o->seed ^ mix64((uint64_t)record_value_index(i, o->repeat_fraction) + 1));
         int header = o->content_type == CHOICE_YES || (o->content_type == CHOICE_MIXED && (next64(&s) & 1));
         produce_format_t fmt = o->format;
         size_t len;
@@ -619,6 +647,7 @@ static const struct option produce_long_opts[] = {
         { "rate", required_argument, NULL, 'r' },
         { "format", required_argument, NULL, 'f' },
         { "bad-fraction", required_argument, NULL, 'F' },
+        { "repeat-fraction", required_argument, NULL, 'Q' },
         { "keys", required_argument, NULL, 'k' },
         { "seed", required_argument, NULL, 's' },
         { "content-type-header", required_argument, NULL, 'H' },
@@ -697,6 +726,10 @@ static int produce_option(int c, produce_opts_t *o, cfg_t **cfg, rd_kafka_conf_t
                 break;
         case 'F':
                 if (parse_double(optarg, 0, 1, &o->bad_fraction) < 0)
+                        return OPT_BAD_ARG;
+                break;
+        case 'Q':
+                if (parse_double(optarg, 0, 0.99, &o->repeat_fraction) < 0)
                         return OPT_BAD_ARG;
                 break;
         case 'k':
