@@ -32,11 +32,11 @@
  * inferd=<key>, both a function of (seed, i).
  *
  * --repeat-fraction F makes exactly floor(N * F) records, spread evenly,
- * repeat the value of an earlier record: each one of the last
- * PRODUCE_REPEAT_WINDOW distinct values before it (chosen by its index), as
- * producer retries, replays and re-posted images repeat them (the result
- * cache's benchmark, tools/bench-cache). The distinct values are those of
- * a stream without repeats, in order.
+ * repeat the value of an earlier record: one of the distinct values 32 to
+ * 1000 before it (chosen by its index; any earlier one near the start), as
+ * replays and re-posted images repeat them (the result cache's benchmark,
+ * tools/bench-cache). The distinct values are those of a stream without
+ * repeats, in order.
  *
  * It is not a benchmark of the daemon by itself, and it never reads back. */
 #include <errno.h>
@@ -429,7 +429,7 @@ static void usage(FILE *f) {
                 "makes every bad record N random bytes without a content-type (bad-size, or\n"
                 "too-large over 602,112), and --header-bytes N gives the bad records a header\n"
                 "inferd-test-big of N bytes. --repeat-fraction F (below 1): that fraction of the\n"
-                "records repeat the value of one of the last 1000 distinct values before them.\n");
+                "records repeat the value of one of the distinct values 32 to 1000 before them.\n");
 }
 
 static int parse_double(const char *s, double min, double max, double *ret) {
@@ -454,22 +454,26 @@ static produce_kind_t record_kind(long i, double f) {
         return (produce_kind_t)(1 + before % (KIND_COUNT - 1));
 }
 
-/* A repeat takes one of this many distinct values before it: far enough
- * back that the record it repeats is done with (not in flight), as a
- * re-posted image is, except when the window is young. */
+/* A repeat takes one of the distinct values from PRODUCE_REPEAT_NEAREST to
+ * PRODUCE_REPEAT_WINDOW back (any earlier one while there are no more than
+ * PRODUCE_REPEAT_NEAREST): a re-posted image or a replay comes back after
+ * the record it repeats is done with, not while it is still in flight (a
+ * twin in flight is a miss for the result cache, and is computed). */
 #define PRODUCE_REPEAT_WINDOW 1000
+#define PRODUCE_REPEAT_NEAREST 32
 
 /* The number of the distinct value record i carries (the seed of its
  * value): record i repeats when floor((i+1)F) > floor(iF), as record_kind
- * picks bad ones, and takes one of the PRODUCE_REPEAT_WINDOW distinct
- * values before it; the others take the next. F < 1, so record 0 is new. */
+ * picks bad ones, and takes one of the earlier distinct values as above
+ * (chosen by i); the others take the next. F < 1, so record 0 is new. */
 static long record_value_index(long i, double f) {
-        long repeats = (long)floor((double)i * f), distinct = i - repeats, window;
+        long repeats = (long)floor((double)i * f), distinct = i - repeats, lo, hi;
 
         if ((long)floor((double)(i + 1) * f) == repeats || distinct == 0)
                 return distinct;
-        window = distinct < PRODUCE_REPEAT_WINDOW ? distinct : PRODUCE_REPEAT_WINDOW;
-        return distinct - 1 - (long)(mix64((uint64_t)i) % (uint64_t)window);
+        lo = distinct > PRODUCE_REPEAT_NEAREST ? PRODUCE_REPEAT_NEAREST : 1;
+        hi = distinct < PRODUCE_REPEAT_WINDOW ? distinct : PRODUCE_REPEAT_WINDOW;
+        return distinct - lo - (long)(mix64((uint64_t)i) % (uint64_t)(hi - lo + 1));
 }
 
 /* Makes record i into buf; returns its length and sets *ct (NULL = no
