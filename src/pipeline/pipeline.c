@@ -354,6 +354,7 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         rectime_t times;
         uint64_t now;
         int64_t age_ms;
+        bool hit;
         int tag, r;
 
         if (m->err) {
@@ -392,13 +393,17 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
                 return pipeline_refuse_taken(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
         }
         /* A result in the cache: produced now, needing no room. */
-        if (pipeline_cache_take(p, m, fmt, &key, &r))
+        hit = pipeline_cache_take(p, m, fmt, &key, &r);
+        pipeline_cache_held(p, NULL, NULL);
+        if (hit)
                 return r;
         /* Back-pressure: a record to decode needs a staging entry, a ready
          * one room in the slots (none while the FILLING slot is full and
          * waits for the cap). Nothing is tracked before there is room. */
-        if (record_is_encoded(fmt) ? !pipeline_staging_has_room(p) : !pipeline_has_room(p))
+        if (record_is_encoded(fmt) ? !pipeline_staging_has_room(p) : !pipeline_has_room(p)) {
+                pipeline_cache_held(p, m, &key);
                 return -ENOBUFS;
+        }
         p->cache_misses += key.set;
         now = pipeline_now_us();
         times = (rectime_t){

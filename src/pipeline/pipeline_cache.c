@@ -10,7 +10,8 @@
  * the cached result (pipeline_produce_hit): it takes no decode, no slot and
  * no batch place, and its offset is tracked in take order like any
  * record's, so that commits and transactions cover it. A miss keeps its key
- * with it (a staging entry, then its slot position) and, once its
+ * with it (a staging entry, then its slot position; a record held for room
+ * keeps its key until it is taken, so that it is hashed once) and, once its
  * prediction is handed to the producer, its result is put under the key
  * (pipeline_produce.c): a record whose output is not finite, or that goes
  * to the DLQ for any reason, is never put. A record whose twin is still in
@@ -86,7 +87,9 @@ bool pipeline_cache_take(pipeline_t *p, rd_kafka_message_t *m, record_format_t f
         if (!p->cache || cache_limit(p->cache) == 0)
                 return false;
         snprintf(context, sizeof(context), "%s;format=%s", p->cache_context, record_format_mime(fmt));
-        if (cache_key_of(p->cache, m->payload, m->len, context, &key->k) < 0) {
+        if (m == p->cache_held && p->cache_held_key.set)
+                key->k = p->cache_held_key.k;   /* held since its last try: hashed then */
+        else if (cache_key_of(p->cache, m->payload, m->len, context, &key->k) < 0) {
                 log_warning("The result cache cannot hash a record (libcrypto failed): it is computed");
                 return false;
         }
@@ -99,6 +102,11 @@ bool pipeline_cache_take(pipeline_t *p, rd_kafka_message_t *m, record_format_t f
         *r = pipeline_produce_hit(p, m, v, engine_embedding_dim(p->engine) > 0 ? (const float *)(v + p->engine_top_k)
                                                                                : NULL);
         return true;
+}
+
+void pipeline_cache_held(pipeline_t *p, const rd_kafka_message_t *m, const pipeline_cache_key_t *key) {
+        p->cache_held = m;
+        p->cache_held_key = m && key ? *key : (pipeline_cache_key_t){};
 }
 
 void pipeline_cache_keep(pipeline_t *p, size_t pos, const pipeline_cache_key_t *key) {
@@ -124,6 +132,8 @@ void pipeline_cache_put(pipeline_t *p, size_t pos, const engine_topk_t *scores, 
 void pipeline_cache_swapped(pipeline_t *p) {
         if (!p->cache)
                 return;
+        /* A record held across the swap: its key names the old model. */
+        pipeline_cache_held(p, NULL, NULL);
         pipeline_cache_context(p);
         if (cache_reshape(p->cache, pipeline_cache_value_bytes(p)) < 0) {
                 /* Not one result of the new model fits the block made at

@@ -205,6 +205,9 @@ struct pipeline {
         pipeline_cache_key_t *cache_keys; /* (depth * capacity) each position's record's key */
         char cache_preprocessing[96];   /* the config's, copied */
         char cache_context[256];        /* the model's and the options' part of every key */
+        const rd_kafka_message_t *cache_held; /* the record held for room after its key was made (compared, never
+                                         * read: cleared before any held record is let go) */
+        pipeline_cache_key_t cache_held_key;    /* ... its key, not made again when it is taken */
         uint64_t cache_hits, cache_misses;
 };
 
@@ -348,6 +351,11 @@ void pipeline_cache_free(pipeline_t *p);
  * with the record. Without a cache (or emptied to 0), false, key unset. */
 bool pipeline_cache_take(pipeline_t *p, rd_kafka_message_t *m, record_format_t fmt, pipeline_cache_key_t *key,
                          int *r);
+
+/* m (NULL: none) is held for room with its key made (a miss): the next
+ * try takes the key instead of hashing m again. Any other take, and
+ * letting held records go, forgets it. */
+void pipeline_cache_held(pipeline_t *p, const rd_kafka_message_t *m, const pipeline_cache_key_t *key);
 
 /* Slot position pos (pipeline_pos) holds a record of key (NULL: none). */
 void pipeline_cache_keep(pipeline_t *p, size_t pos, const pipeline_cache_key_t *key);
