@@ -4,7 +4,7 @@
  *                  [--format rgb8|f32|mixed|jpeg|png|webp] [--images DIR] [--bad-fraction F]
  *                  [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]
  *                  [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]
- *                  [--age-ms MS] [--trace] [--repeat-fraction F]
+ *                  [--age-ms MS] [--trace]
  *
  * It produces N records of the raw input formats (src/core/record.h), or of
  * JPEG, PNG or WebP (the files of --images DIR in name order, cycled, or
@@ -30,13 +30,6 @@
  * skew), for the daemon's deadline on records. --trace adds W3C trace
  * context headers: traceparent 00-<32 hex>-<16 hex>-01 and tracestate
  * inferd=<key>, both a function of (seed, i).
- *
- * --repeat-fraction F makes exactly floor(N * F) records, spread evenly,
- * repeat the value of an earlier record: one of the distinct values 32 to
- * 1000 before it (chosen by its index; any earlier one near the start), as
- * replays and re-posted images repeat them (the result cache's benchmark,
- * tools/bench-cache). The distinct values are those of a stream without
- * repeats, in order.
  *
  * It is not a benchmark of the daemon by itself, and it never reads back. */
 #include <errno.h>
@@ -111,7 +104,6 @@ typedef struct produce_opts {
         produce_format_t format;
         produce_payload_t payload;
         double bad_fraction;
-        double repeat_fraction;         /* --repeat-fraction: records that repeat an earlier value */
         uint64_t seed;
         produce_choice_t content_type;
         int timeout_s;                  /* for the final flush */
@@ -415,7 +407,6 @@ static void usage(FILE *f) {
                 "                      [--keys PREFIX] [--seed S] [--content-type-header yes|no|mixed]\n"
                 "                      [--payload tiles|random] [-X PROPERTY=VALUE]... [--timeout-s S]\n"
                 "                      [--age-ms MS] [--trace] [--bad-bytes N] [--header-bytes N]\n"
-                "                      [--repeat-fraction F]\n"
                 "Produces N image records (224x224 RGB8 or float32 CHW, or JPEG/PNG/WebP: the files of\n"
                 "--images DIR, cycled, or generated) with keys PREFIX-<i>, a\n"
                 "fraction F of them deliberately bad, each with an inferd-test-expect header; then\n"
@@ -428,8 +419,7 @@ static void usage(FILE *f) {
                 "(negative: the future). --trace: traceparent and tracestate headers. --bad-bytes N\n"
                 "makes every bad record N random bytes without a content-type (bad-size, or\n"
                 "too-large over 602,112), and --header-bytes N gives the bad records a header\n"
-                "inferd-test-big of N bytes. --repeat-fraction F (below 1): that fraction of the\n"
-                "records repeat the value of one of the distinct values 32 to 1000 before them.\n");
+                "inferd-test-big of N bytes.\n");
 }
 
 static int parse_double(const char *s, double min, double max, double *ret) {
@@ -454,33 +444,11 @@ static produce_kind_t record_kind(long i, double f) {
         return (produce_kind_t)(1 + before % (KIND_COUNT - 1));
 }
 
-/* A repeat takes one of the distinct values from PRODUCE_REPEAT_NEAREST to
- * PRODUCE_REPEAT_WINDOW back (any earlier one while there are no more than
- * PRODUCE_REPEAT_NEAREST): a re-posted image or a replay comes back after
- * the record it repeats is done with, not while it is still in flight (a
- * twin in flight is a miss for the result cache, and is computed). */
-#define PRODUCE_REPEAT_WINDOW 1000
-#define PRODUCE_REPEAT_NEAREST 32
-
-/* The number of the distinct value record i carries (the seed of its
- * value): record i repeats when floor((i+1)F) > floor(iF), as record_kind
- * picks bad ones, and takes one of the earlier distinct values as above
- * (chosen by i); the others take the next. F < 1, so record 0 is new. */
-static long record_value_index(long i, double f) {
-        long repeats = (long)floor((double)i * f), distinct = i - repeats, lo, hi;
-
-        if ((long)floor((double)(i + 1) * f) == repeats || distinct == 0)
-                return distinct;
-        lo = distinct > PRODUCE_REPEAT_NEAREST ? PRODUCE_REPEAT_NEAREST : 1;
-        hi = distinct < PRODUCE_REPEAT_WINDOW ? distinct : PRODUCE_REPEAT_WINDOW;
-        return distinct - lo - (long)(mix64((uint64_t)i) % (uint64_t)(hi - lo + 1));
-}
-
 /* Makes record i into buf; returns its length and sets *ct (NULL = no
  * content-type header). */
 static size_t make_record(const produce_opts_t *o, long i, produce_kind_t kind, uint8_t *buf, const char **ct,
                           produce_stats_t *st) {
-        uint64_t s = mix64(o->seed ^ mix64((uint64_t)record_value_index(i, o->repeat_fraction) + 1));
+        uint64_t s = mix64(o->seed ^ mix64((uint64_t)i + 1));
         int header = o->content_type == CHOICE_YES || (o->content_type == CHOICE_MIXED && (next64(&s) & 1));
         produce_format_t fmt = o->format;
         size_t len;
@@ -651,7 +619,6 @@ static const struct option produce_long_opts[] = {
         { "rate", required_argument, NULL, 'r' },
         { "format", required_argument, NULL, 'f' },
         { "bad-fraction", required_argument, NULL, 'F' },
-        { "repeat-fraction", required_argument, NULL, 'Q' },
         { "keys", required_argument, NULL, 'k' },
         { "seed", required_argument, NULL, 's' },
         { "content-type-header", required_argument, NULL, 'H' },
@@ -730,10 +697,6 @@ static int produce_option(int c, produce_opts_t *o, cfg_t **cfg, rd_kafka_conf_t
                 break;
         case 'F':
                 if (parse_double(optarg, 0, 1, &o->bad_fraction) < 0)
-                        return OPT_BAD_ARG;
-                break;
-        case 'Q':
-                if (parse_double(optarg, 0, 0.99, &o->repeat_fraction) < 0)
                         return OPT_BAD_ARG;
                 break;
         case 'k':
