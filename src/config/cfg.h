@@ -155,6 +155,10 @@ typedef struct cfg {
                 prediction_embedding_format_t embedding_format; /* json, f32le or base64 */
                 prediction_normalize_t embedding_normalize;     /* none or l2 */
         } output;
+
+        struct {
+                int entries;            /* 0..16777216 records' results; 0 = no cache */
+        } cache;
 } cfg_t;
 
 /* Opens the weights and the labels c names and checks them without loading
@@ -211,6 +215,9 @@ typedef struct cfg_live_ops {
          * new precision without a swap (the CPU engine computes in fp32
          * whatever it says but bf16), -EAGAIN when it needs one. */
         int (*set_precision)(void *userdata, precision_t precision, errbuf_t *why);
+        /* [cache] entries: the running cache shrinks, grows back within what
+         * start made, or empties; more is refused (a restart plans it). */
+        int (*set_cache_entries)(void *userdata, int entries, errbuf_t *why);
 } cfg_live_ops_t;
 
 /* One key whose value differs between two configs. */

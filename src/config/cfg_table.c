@@ -46,6 +46,10 @@ static int cfg_apply_max_record_age(const cfg_live_ops_t *o, const cfg_t *next, 
                                      next->batching.max_record_age_action, why);
 }
 
+static int cfg_apply_cache_entries(const cfg_live_ops_t *o, const cfg_t *next, errbuf_t *why) {
+        return o->set_cache_entries(o->userdata, next->cache.entries, why);
+}
+
 /* A SWAP key's hook: -EAGAIN from the setter means "swap". */
 static int cfg_apply_precision(const cfg_live_ops_t *o, const cfg_t *next, errbuf_t *why) {
         return o->set_precision(o->userdata, next->model.precision, why);
@@ -367,13 +371,18 @@ const cfg_key_t cfg_keys[] = {
                 .choices = prediction_normalize_names, .reload = CFG_RELOAD_RESTART, F(output.embedding_normalize),
                 .description = "none (the features as the model computes them) or l2 (divided by their L2 norm, so that a dot product is the cosine similarity). Only with kind = embedding or both.",
         },
+        {
+                .section = "cache", .name = "entries", .type = CFG_T_INT, .def = "0", .min = 0, .max = 16777216,
+                .reload = CFG_RELOAD_LIVE, .apply = cfg_apply_cache_entries, F(cache.entries),
+                .description = "The result cache: how many records' results (top-k classes, and the embedding with [output] kind = embedding or both) are kept, keyed by the SHA-256 of the record's value with the model, the preprocessing options and the output kind. A record whose value is in the cache skips decoding and the engine, and its prediction, the same as a computed one, has the header inferd-cache: hit. Least recently used out first; a model swap empties it; a record sent to the DLQ is never kept. Host memory made at start and counted by the plan (the cache term of inferd --plan, 48 bytes a record plus 8 a class and 4 an embedding value: 88 bytes with top_k 5, 8.3 KiB with a 2048-value embedding). Live: a reload may lower it, set it to 0 (empties it and turns it off) or raise it again up to the value at start, emptying the cache; above that it is refused until a restart. 0: no cache.",
+        },
 };
 
 const size_t cfg_nkeys = sizeof(cfg_keys) / sizeof(cfg_keys[0]);
 _Static_assert(sizeof(cfg_keys) / sizeof(cfg_keys[0]) <= CFG_KEYS_MAX, "raise CFG_KEYS_MAX");
 
 static const char *const cfg_sections[] = { "service", "kafka", "model", "engine", "memory", "batching", "drain",
-                                             "metrics", "decode", "output" };
+                                             "metrics", "decode", "output", "cache" };
 
 const cfg_reserved_t cfg_reserved[] = {
         { CFG_SECTION_CONSUMER, "bootstrap.servers", "set [kafka] brokers instead" },

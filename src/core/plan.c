@@ -361,6 +361,13 @@ static void plan_kafka_terms(plan_t *p) {
                          &p->kafka_producer_bytes);
 }
 
+uint64_t plan_cache_bytes(int entries, int top_k, int embedding_dim) {
+        if (entries <= 0)
+                return 0;
+        return (uint64_t)entries * (PLAN_CACHE_ENTRY_BYTES + (uint64_t)top_k * PLAN_CACHE_CLASS_BYTES +
+                                    (uint64_t)embedding_dim * sizeof(float));
+}
+
 uint64_t plan_arena_bytes(const plan_t *p) {
         return (p->engine.weights_in_arena ? p->weights_bytes : 0) + p->activation_bytes +
                p->engine.workspace_bytes + p->engine.staging_bytes;
@@ -449,8 +456,14 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
                 p->decode_host_bytes = (uint64_t)p->decode_threads * plan_decode_context_bytes(&p->decode) +
                                        p->decode_staging_bytes;
         }
-        p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes
-                                     ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes
+        /* The result cache: one block made at start, which a swap keeps. */
+        p->cache_entries = req->cache_entries;
+        p->cache_bytes = plan_cache_bytes(req->cache_entries, req->top_k, p->embedding_dim);
+        if (req->held_cache_bytes > p->cache_bytes)
+                p->cache_bytes = req->held_cache_bytes;
+        p->host_rest_bytes = p->host_budget_bytes > p->pinned_host_bytes + p->decode_host_bytes + p->cache_bytes
+                                     ? p->host_budget_bytes - p->pinned_host_bytes - p->decode_host_bytes -
+                                               p->cache_bytes
                                      : 0;
         plan_kafka_terms(p);
         /* Likewise the arena: what this batch does not carve of it is held. */
@@ -464,7 +477,8 @@ int plan_at_batch(const model_t *m, const plan_request_t *req, int batch, plan_t
 
 static int plan_fits(const plan_t *p) {
         return p->total_bytes <= p->budget_bytes &&
-               p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes;
+               p->pinned_host_bytes + p->decode_host_bytes + p->cache_bytes + p->host_reserve_bytes <=
+                       p->host_budget_bytes;
 }
 
 /* Names the reserve kept for librdkafka in a refusal: its floors, or its
@@ -562,6 +576,19 @@ static int plan_refuse(const plan_t *p, errbuf_t *err) {
                                   units_format_size(p->engine.pinned_host_bytes, d, sizeof(d)), decode,
                                   plan_reserve_what(p, what, sizeof(what)));
         }
+        /* The host side would fit without the result cache: the cache is
+         * what does not. */
+        if (p->cache_bytes > 0 && p->kafka_hold_bytes <= PLAN_KAFKA_QUEUE_MAX_BYTES &&
+            p->pinned_host_bytes + p->decode_host_bytes + p->host_reserve_bytes <= p->host_budget_bytes)
+                return errbuf_set(err, -ENOSPC,
+                                  "the plan does not fit: [memory] host_budget (%s) is too small for the result "
+                                  "cache ([cache] entries = %d, %s) beside the pinned buffers (%s), decoding (%s) "
+                                  "and %s: lower [cache] entries or raise [memory] host_budget",
+                                  units_format_size(p->host_budget_bytes, b, sizeof(b)), p->cache_entries,
+                                  units_format_size(p->cache_bytes, a, sizeof(a)),
+                                  units_format_size(p->pinned_host_bytes, c, sizeof(c)),
+                                  units_format_size(p->decode_host_bytes, d, sizeof(d)),
+                                  plan_reserve_what(p, what, sizeof(what)));
         if (p->kafka_hold_bytes > PLAN_KAFKA_QUEUE_MAX_BYTES)
                 return errbuf_set(err, -ENOSPC,
                                   "the plan does not fit: librdkafka's consumer queue would have to hold %llu records "
@@ -639,14 +666,16 @@ int plan_make(const model_t *m, const plan_request_t *req, plan_t *ret, errbuf_t
         if (req->decode_threads == 0 && req->decode_threads_auto > 0) {
                 /* One context fitted with this batch (plan_fits), so this
                  * cannot fail. */
-                r = plan_decode_fit(ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_staging_bytes,
+                r = plan_decode_fit(ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_staging_bytes -
+                                            ret->cache_bytes,
                                     ret->host_reserve_bytes, 0, req->decode_threads_auto,
                                     plan_decode_context_bytes(&ret->decode), &ret->decode_threads,
                                     &ret->decode_limit);
                 assert(r == 0);
                 ret->decode_host_bytes = (uint64_t)ret->decode_threads * plan_decode_context_bytes(&ret->decode) +
                                          ret->decode_staging_bytes;
-                ret->host_rest_bytes = ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_host_bytes;
+                ret->host_rest_bytes = ret->host_budget_bytes - ret->pinned_host_bytes - ret->decode_host_bytes -
+                                       ret->cache_bytes;
                 plan_kafka_terms(ret);
         }
         return 0;
@@ -659,7 +688,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 "\"workspace_bytes\":%llu,\"staging_bytes\":%llu,\"context_bytes\":%llu,\"graph_bytes\":%llu,"
                 "\"pinned_host_bytes\":%llu,\"total_bytes\":%llu,\"budget_bytes\":%llu,"
                 "\"device_memory_bytes\":%llu,\"host_budget_bytes\":%llu,\"record_bytes\":%zu,\"top_k\":%d,"
-                "\"embedding_dim\":%d,\"embedding_bytes\":%llu,"
+                "\"embedding_dim\":%d,\"embedding_bytes\":%llu,\"cache_entries\":%d,\"cache_bytes\":%llu,"
                 "\"batch_limit\":\"%s\",\"operand_batch_cap\":%d,\"gemm_operand_elems_per_sample\":%llu,"
                 "\"decode_threads\":%d,\"decode_max_pixels\":%llu,\"decode_buffer_bytes_per_thread\":%llu,"
                 "\"decode_library_bytes_per_thread\":%llu,\"decode_staging_bytes\":%llu,\"decode_host_bytes\":%llu,\"decode_threads_limit\":\"%s\","
@@ -676,6 +705,7 @@ int plan_write_json(const plan_t *p, FILE *out) {
                 (unsigned long long)p->total_bytes, (unsigned long long)p->budget_bytes,
                 (unsigned long long)p->device_memory_bytes, (unsigned long long)p->host_budget_bytes,
                 p->record_bytes, p->top_k, p->embedding_dim, (unsigned long long)p->engine.embedding_bytes,
+                p->cache_entries, (unsigned long long)p->cache_bytes,
                 plan_limit_name(p->limit), p->operand_batch_cap,
                 (unsigned long long)p->engine.gemm_operand_elems_per_sample, p->decode_threads,
                 (unsigned long long)p->decode_max_pixels, (unsigned long long)p->decode.buffer_bytes,
@@ -764,6 +794,10 @@ int plan_write_text(const plan_t *p, FILE *out) {
                         units_format_size(p->decode_host_bytes, a, sizeof(a)),
                         p->decode_staging_bytes ? " and the staging" : "");
         }
+        if (p->cache_bytes > 0)
+                fprintf(out, "  %-22s %12s  (%llu bytes: [cache] entries = %d records' results, host, pageable)\n",
+                        "result cache", units_format_size(p->cache_bytes, a, sizeof(a)),
+                        (unsigned long long)p->cache_bytes, p->cache_entries);
         fprintf(out, "  %-22s %12s  of the host budget (librdkafka's queues; at least %s)\n", "host budget left",
                 units_format_size(p->host_rest_bytes, a, sizeof(a)), units_format_size(p->host_reserve_bytes, b, sizeof(b)));
         if (p->kafka_hold_us > 0) {

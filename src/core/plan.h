@@ -278,6 +278,9 @@ typedef struct plan_request {
         int cpu_threads;                /* the CPU engine's threads ([engine] threads); 0: OpenMP's default */
         bool embedding;                 /* the engine gives each record's embedding too (the pooled
                                          * features, model_embedding_dim fp32): [output] kind */
+        int cache_entries;              /* the daemon's result cache ([cache] entries; 0: none): host memory,
+                                         * plan_cache_bytes at this top_k and embedding */
+        uint64_t held_cache_bytes;      /* a model swap's plan: the cache made at start, kept whole */
 } plan_request_t;
 
 typedef struct plan {
@@ -322,9 +325,15 @@ typedef struct plan {
         uint64_t decode_staging_bytes;  /* with decode_staged: pipeline_depth x batch RGB8 images (or the
                                          * held ones, when more), else 0 */
         uint64_t decode_host_bytes;     /* decode_threads x (buffer_bytes + library_bytes) + decode_staging_bytes */
+        /* The result cache (pipeline/cache.h): host (pageable) memory,
+         * charged against the host budget beside the pinned buffers and
+         * decoding; plan_cache_bytes, or the cache held since start when
+         * more (a model swap's plan). */
+        int cache_entries;
+        uint64_t cache_bytes;
         uint64_t host_reserve_bytes;    /* the request's */
-        uint64_t host_rest_bytes;       /* host budget - pinned - decode: what is left (the daemon gives it
-                                         * to librdkafka's queues) */
+        uint64_t host_rest_bytes;       /* host budget - pinned - decode - cache: what is left (the daemon
+                                         * gives it to librdkafka's queues) */
         /* librdkafka's share of host_rest_bytes (plan_kafka_split): its
          * consumer queue (queued.max.messages.kbytes), the fetch responses
          * it reads at once, decompressed (fetch.max.bytes times the scale
@@ -342,6 +351,16 @@ typedef struct plan {
         size_t tensor_offset[MODEL_MAX_TENSORS];
         size_t arena_elems_per_sample;
 } plan_t;
+
+/* The result cache's bytes per entry beside its value: the key (a SHA-256)
+ * and four int32 links (pipeline/cache.h, CACHE_ENTRY_OVERHEAD_BYTES); and
+ * per class of a value's top-k, a class index and its score (engine_topk_t). */
+#define PLAN_CACHE_ENTRY_BYTES 48
+#define PLAN_CACHE_CLASS_BYTES 8
+
+/* The result cache of entries records' results (0: none): each a key, its
+ * links, top_k classes and, with embedding_dim, the fp32 embedding. */
+uint64_t plan_cache_bytes(int entries, int top_k, int embedding_dim);
 
 /* Places every activation tensor of m by liveness. Returns the per-sample
  * arena size in elements; offsets[] receives each tensor's element offset.

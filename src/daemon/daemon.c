@@ -735,8 +735,13 @@ static int daemon_start_pipeline(daemon_t *d, errbuf_t *err) {
                 .skipped = daemon_pipeline_skipped,
         };
         pipeline_config_t pcfg;
+        char preprocessing[96];
         int r;
 
+        /* What a record's decoded pixels depend on beyond its bytes: part
+         * of every result cache key. */
+        snprintf(preprocessing, sizeof(preprocessing), "decode_fast=%d;exif_orientation=%d", d->cfg->decode.fast,
+                 d->cfg->decode.exif_orientation);
         pcfg = (pipeline_config_t){
                 .engine = d->engine,
                 .kafka = d->kafka,
@@ -763,6 +768,8 @@ static int daemon_start_pipeline(daemon_t *d, errbuf_t *err) {
                                 .normalize = d->cfg->output.embedding_normalize,
                         },
                 },
+                .cache_entries = d->cfg->cache.entries,
+                .cache_preprocessing = preprocessing,
                 .decode = d->decode,
         };
         r = pipeline_new(&d->pipeline, &pcfg, &ops, d);

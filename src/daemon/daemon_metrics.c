@@ -101,6 +101,9 @@ static int daemon_metrics(daemon_t *d, char **ret, size_t *len) {
         }
         s.slots = st.slots;
         s.slots_busy = st.slots_in_flight;
+        s.cache_hits = st.cache_hits;
+        s.cache_misses = st.cache_misses;
+        s.cache_entries = st.cache_entries;
         if (d->engine) {
                 s.plan = engine_plan_of(d->engine);
                 s.backend = engine_backend(d->engine);

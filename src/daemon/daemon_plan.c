@@ -34,6 +34,8 @@ void daemon_engine_options(const cfg_t *c, engine_options_t *o, char *host_budge
         o->top_k = c->service.top_k;
         /* [output] kind: the slots hold each record's embedding too. */
         o->embedding = c->output.kind != PREDICTION_KIND_CLASSES;
+        /* [cache] entries: the pipeline's result cache, host memory. */
+        o->cache_entries = c->cache.entries;
         /* The decode contexts are planned as the daemon makes them, from the
          * host budget (plan_decode_fit); librdkafka keeps at least its
          * floor of it. */

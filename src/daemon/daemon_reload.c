@@ -343,6 +343,27 @@ static int daemon_set_max_record_age(void *userdata, uint64_t max_record_age_ms,
         return 0;
 }
 
+/* [cache] entries: within what the cache made at start holds, emptied and
+ * resized; more needs the plan of a restart. */
+static int daemon_set_cache_entries(void *userdata, int entries, errbuf_t *why) {
+        daemon_t *d = userdata;
+        pipeline_stats_t st;
+
+        if (pipeline_set_cache_entries(d->pipeline, entries) == 0) {
+                log_info("Reload: [cache] entries = %d: the result cache was emptied%s", entries,
+                         entries ? " and resized" : " and is off");
+                return 0;
+        }
+        daemon_stats(d, &st);
+        if (st.cache_room == 0)
+                return errbuf_set(why, -ENOSPC,
+                                  "the result cache was off at start, and the plan has no memory for it: turning it "
+                                  "on needs a restart, keeping 0");
+        return errbuf_set(why, -ENOSPC,
+                          "%d is more than the result cache made at start holds (%d results, the memory the plan "
+                          "counted); this needs a restart, keeping %d", entries, st.cache_room, st.cache_limit);
+}
+
 /* [model] precision, a swap key. On the CPU engine only bf16 is its own
  * precision (anything else computes in fp32): a change that keeps what the
  * engine computes in needs no swap. */
@@ -373,6 +394,7 @@ static bool daemon_reload_apply(daemon_t *d, cfg_t *next, const cfg_change_t *ch
                 .set_max_images_per_s = daemon_set_max_images_per_s,
                 .set_max_record_age = daemon_set_max_record_age,
                 .set_precision = daemon_set_precision,
+                .set_cache_entries = daemon_set_cache_entries,
         };
         bool swap = false;
 

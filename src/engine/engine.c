@@ -125,6 +125,7 @@ static int engine_request(const engine_options_t *o, int for_open, plan_request_
         req->cpu_reference = o->cpu_reference;
         req->cpu_keep_conv_weights = o->cpu_keep_conv_weights;
         req->embedding = o->embedding;
+        req->cache_entries = o->cache_entries;
         req->terms = req->backend == BACKEND_CUDA ? engine_cuda_plan_terms : engine_cpu_plan_terms;
         return 0;
 }
@@ -173,6 +174,7 @@ int engine_open(engine_t **ret, model_t *m, const engine_options_t *o, char *war
         /* The plan's after open (which may lower the batch): the daemon's
          * pipeline makes its decode staging for this batch. */
         e->held_decode_staging_bytes = e->plan.decode_staging_bytes;
+        e->held_cache_bytes = e->plan.cache_bytes;
         *ret = e;
         return 0;
 fail:
@@ -209,6 +211,7 @@ int engine_swap_plan(const engine_t *e, const model_t *next, const engine_option
         req.held_arena_bytes = e->held_arena_bytes;
         req.held_pinned_host_bytes = e->held_pinned_host_bytes;
         req.held_decode_staging_bytes = e->held_decode_staging_bytes;
+        req.held_cache_bytes = e->held_cache_bytes;
         r = plan_make(next, &req, ret, err);
         if (r < 0)
                 return r;

@@ -111,6 +111,7 @@ struct engine {
         uint64_t held_arena_bytes;
         uint64_t held_pinned_host_bytes;
         uint64_t held_decode_staging_bytes;     /* the plan's at open: the daemon's pipeline made them */
+        uint64_t held_cache_bytes;      /* the plan's at open: the daemon's pipeline made its result cache */
         record_format_t *formats;       /* (depth, max_batch): the format of each packed record */
         uint64_t *offsets;      /* (depth, max_batch): where each record starts in the slot's input */
         pack_t *packs;          /* (depth): the packing of each slot's current batch */
@@ -155,6 +156,8 @@ typedef struct engine_options {
                                          * model); the plan then charges them */
         bool embedding;                 /* each slot also gives its records' embeddings (engine_slot_embedding);
                                          * the plan counts their bytes */
+        int cache_entries;              /* the daemon's result cache ([cache] entries; 0: none): the plan
+                                         * counts it against the host budget (plan_request_t) */
 } engine_options_t;
 
 void engine_options_init(engine_options_t *o);

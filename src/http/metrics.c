@@ -106,13 +106,14 @@ static void metrics_plan(FILE *f, const plan_t *p) {
                 { "workspace", p ? p->engine.workspace_bytes : 0 }, { "staging", p ? p->engine.staging_bytes : 0 },
                 { "context", p ? p->engine.context_bytes : 0 }, { "graphs", p ? p->engine.graph_bytes : 0 },
                 { "arena_kept", p ? p->arena_kept_bytes : 0 }, { "pinned_host", p ? p->pinned_host_bytes : 0 },
-                { "kafka_queue", p ? p->kafka_queue_bytes : 0 },
+                { "kafka_queue", p ? p->kafka_queue_bytes : 0 }, { "cache", p ? p->cache_bytes : 0 },
         };
 
         metrics_head(f, "inferd_plan_bytes", "gauge",
-                     "The memory plan's terms in bytes; every term but pinned_host and kafka_queue is on the device "
+                     "The memory plan's terms in bytes; every term but pinned_host, kafka_queue and cache is on the device "
                      "(host memory for the CPU engine) and they sum to the plan's total; kafka_queue is librdkafka's "
-                     "consumer queue (queued.max.messages.kbytes), sized to hold the back-pressure hold's records. After a model swap in place the plan "
+                     "consumer queue (queued.max.messages.kbytes), sized to hold the back-pressure hold's records; "
+                     "cache is the result cache ([cache] entries), host memory. After a model swap in place the plan "
                      "charges what is held since start: arena_kept is the part of the arena allocated at start "
                      "that the new batch does not carve, and pinned_host every pinned buffer allocated at start.");
         if (p)
@@ -258,6 +259,12 @@ int metrics_format(const metrics_snapshot_t *s, char **ret, size_t *len) {
         metrics_kafka(f, s);
         metrics_gauge(f, "inferd_slots", "Pipeline slots (batches that can be in flight at once).", s->slots);
         metrics_gauge(f, "inferd_slots_busy", "Pipeline slots submitted and not yet complete.", s->slots_busy);
+        metrics_counter(f, "inferd_cache_hits_total",
+                        "Records whose prediction came from the result cache ([cache] entries): no decode, no engine.",
+                        s->cache_hits);
+        metrics_counter(f, "inferd_cache_misses_total",
+                        "Records looked up in the result cache and not found, then computed.", s->cache_misses);
+        metrics_gauge(f, "inferd_cache_entries", "Results held in the result cache now.", s->cache_entries);
         metrics_plan(f, s->plan);
         metrics_head(f, "inferd_gpu_memory_used_bytes", "gauge",
                      "Device memory in use on the GPU, by every process (cudaMemGetInfo); CUDA engine only.");

@@ -60,6 +60,9 @@ typedef struct metrics_snapshot {
 
         /* Pipeline. */
         int slots, slots_busy;
+        /* The result cache ([cache] entries). */
+        uint64_t cache_hits, cache_misses;
+        int cache_entries;
 
         /* Plan; NULL before the engine is open. */
         const plan_t *plan;

@@ -134,7 +134,7 @@ static bool pipeline_has_room(const pipeline_t *p) {
 }
 
 int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectime_t *times, record_format_t fmt,
-                   const void *bytes, size_t len) {
+                   const void *bytes, size_t len, const pipeline_cache_key_t *key) {
         batch_entry_t *e;
         void *dst;
         int slot, idx, full;
@@ -146,6 +146,7 @@ int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectim
         e = batch_slot_entry(p->batch, slot, idx);
         e->tag = tag;
         p->times[pipeline_pos(p, slot, idx)] = *times;
+        pipeline_cache_keep(p, pipeline_pos(p, slot, idx), key);
         /* The record's bytes go straight into the slot's (pinned) input,
          * packed by format. It fits: a slot is submitted as soon as it has
          * no room for a record of either format (below). */
@@ -376,9 +377,11 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         record_format_t fmt;
         const char *code = NULL;
         errbuf_t err = {};
+        pipeline_cache_key_t key;
         rectime_t times;
         uint64_t now;
         int64_t age_ms;
+        bool hit;
         int tag, r;
 
         if (m->err) {
@@ -418,11 +421,19 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         if (r < 0) {
                 return pipeline_refuse_taken(p, m, code ? code : RECORD_ERR_DECODE_FAILED, err.msg);
         }
+        /* A result in the cache: produced now, needing no room. */
+        hit = pipeline_cache_take(p, m, fmt, &key, &r);
+        pipeline_cache_held(p, NULL, NULL);
+        if (hit)
+                return r;
         /* Back-pressure: a record to decode needs a staging entry, a ready
          * one room in the slots (none while the FILLING slot is full and
          * waits for the cap). Nothing is tracked before there is room. */
-        if (record_is_encoded(fmt) ? !pipeline_staging_has_room(p) : !pipeline_has_room(p))
+        if (record_is_encoded(fmt) ? !pipeline_staging_has_room(p) : !pipeline_has_room(p)) {
+                pipeline_cache_held(p, m, &key);
                 return -ENOBUFS;
+        }
+        p->cache_misses += key.set;
         now = pipeline_now_us();
         times = (rectime_t){
                 .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
@@ -435,10 +446,10 @@ int pipeline_take(pipeline_t *p, rd_kafka_message_t *m) {
         if (record_is_encoded(fmt)) {
                 /* A decode thread writes its RGB8 into the entry; it is
                  * placed in a slot once decoded (pipeline_decode.c). */
-                pipeline_staging_take(p, m, tag, &times, fmt);
+                pipeline_staging_take(p, m, tag, &times, fmt, &key);
                 return 0;
         }
-        r = pipeline_place(p, m, tag, &times, fmt, m->payload, m->len);
+        r = pipeline_place(p, m, tag, &times, fmt, m->payload, m->len, &key);
         assert(r == 0);         /* room: checked above, on this thread */
         return 0;
 }
@@ -509,6 +520,9 @@ int pipeline_new(pipeline_t **ret, const pipeline_config_t *cfg, const pipeline_
                 if (r < 0)
                         goto fail;
         }
+        r = pipeline_cache_new(p, cfg->cache_entries, cfg->cache_preprocessing);
+        if (r < 0)
+                goto fail;
         *ret = p;
         return 0;
 fail:
@@ -533,6 +547,7 @@ void pipeline_free(pipeline_t *p) {
         for (size_t i = p->n_dlq_known; i < p->n_dlq_codes; i++)
                 free((char *)p->dlq_codes[i].label);
         pipeline_staging_free(p);
+        pipeline_cache_free(p);
         pipeline_dlq_retry_free(p);
         free(p->held);
         free(p);
@@ -615,6 +630,7 @@ int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *pre
         p->engine_top_k = engine_plan_of(p->engine)->top_k;
         if (p->top_k > p->engine_top_k)
                 p->top_k = p->engine_top_k;
+        pipeline_cache_swapped(p);
         return 0;
 }
 
@@ -662,5 +678,10 @@ void pipeline_get_stats(const pipeline_t *p, pipeline_stats_t *ret) {
                 .hold_pauses = p->hold_pauses,
                 .paused_by_cap = pipeline_cap_stops_intake(p),
                 .cap_waits = p->cap_waits,
+                .cache_hits = p->cache_hits,
+                .cache_misses = p->cache_misses,
+                .cache_entries = cache_entries(p->cache),
+                .cache_limit = cache_limit(p->cache),
+                .cache_room = cache_room(p->cache),
         };
 }

@@ -133,6 +133,10 @@ typedef struct pipeline_config {
         bool trace_headers;             /* copy traceparent and tracestate to predictions */
         bool timing_header;             /* add inferd-timing to predictions */
         prediction_meta_t meta;         /* copied; its strings and labels are borrowed */
+        int cache_entries;              /* the result cache's records ([cache] entries; 0: none); the plan
+                                         * counts it (plan_cache_bytes) */
+        const char *cache_preprocessing; /* the decode options a record's result depends on, as text for
+                                         * the cache's keys ("fast=no;exif_orientation=no"); copied */
         decode_pool_t *decode;          /* borrowed; NULL: JPEG/PNG records go to the DLQ undecoded. Its
                                          * capacity should be the engine's slots x batch. Free it before
                                          * the pipeline: its jobs point into the slots and messages. */
@@ -182,6 +186,11 @@ typedef struct pipeline_stats {
         bool paused_by_cap;             /* the cap stops the intake now: a full batch waits for its tokens, and
                                          * fetching is paused or the records are left in librdkafka's queue */
         uint64_t cap_waits;             /* counter: times a ready batch had to wait for the cap */
+        uint64_t cache_hits;            /* counter: records produced from the result cache */
+        uint64_t cache_misses;          /* counter: records looked up and not found (then computed) */
+        int cache_entries;              /* results held now */
+        int cache_limit;                /* the most it holds now (0: no cache, or emptied to 0) */
+        int cache_room;                 /* the most its memory holds (a live resize may go up to it) */
 } pipeline_stats_t;
 
 /* The clock of every time the pipeline keeps or asks for: CLOCK_MONOTONIC
@@ -290,11 +299,15 @@ void pipeline_set_max_images_per_s(pipeline_t *p, int max_images_per_s);
 /* From the next record taken on. skip needs ops->skipped. */
 void pipeline_set_max_record_age(pipeline_t *p, uint64_t max_age_ms, bool skip);
 void pipeline_set_headers(pipeline_t *p, bool trace_headers, bool timing_header);
+/* [cache] entries: the cache is emptied and holds at most entries from now
+ * on (0: off). -ENOSPC, nothing changed, above what the cache made at start
+ * holds (none when it was 0 then): a restart plans more. */
+int pipeline_set_cache_entries(pipeline_t *p, int entries);
 
 /* After a model swap in place (engine_swap on the borrowed engine, with
  * nothing in the slots): predictions carry model_id and precision (borrowed
  * strings, which must outlive the pipeline or the next swap) from the next
- * batch on, and the batch limit becomes max_batch within the engine's
+ * batch on, the result cache is emptied, and the batch limit becomes max_batch within the engine's
  * batch, which the swap may have lowered. -EBUSY, and nothing changed,
  * while records are in the slots. */
 int pipeline_engine_swapped(pipeline_t *p, const char *model_id, const char *precision, int max_batch);

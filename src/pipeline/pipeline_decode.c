@@ -61,7 +61,7 @@ int pipeline_staging_busy(const pipeline_t *p) {
 }
 
 void pipeline_staging_take(pipeline_t *p, rd_kafka_message_t *m, int tag, const rectime_t *times,
-                           record_format_t fmt) {
+                           record_format_t fmt, const pipeline_cache_key_t *key) {
         pipeline_staged_t *s;
         int r;
 
@@ -70,6 +70,7 @@ void pipeline_staging_take(pipeline_t *p, rd_kafka_message_t *m, int tag, const 
         s->msg = m;
         s->tag = tag;
         s->times = *times;
+        s->key = *key;
         s->job.data = m->payload;
         s->job.len = m->len;
         s->job.format = fmt;
@@ -112,7 +113,7 @@ int pipeline_staging_place(pipeline_t *p) {
                                                   s->job.err.msg);
                 else {
                         r = pipeline_place(p, s->msg, s->tag, &s->times, RECORD_RGB8, s->job.out,
-                                           RECORD_RGB8_BYTES);
+                                           RECORD_RGB8_BYTES, &s->key);
                         if (r == 0)
                                 s->msg = NULL;  /* the slot's now */
                 }

@@ -52,6 +52,8 @@ static void pipeline_held_pop(pipeline_t *p) {
 void pipeline_held_drop(pipeline_t *p, const rd_kafka_topic_partition_list_t *parts) {
         size_t n = p->held_len;
 
+        pipeline_cache_held(p, NULL, NULL);     /* its record may go */
+
         for (size_t i = 0; i < n; i++) {
                 rd_kafka_message_t *m = pipeline_held_front(p);
                 bool drop = !parts;

@@ -14,11 +14,13 @@
  *                       pump, closing the intake and the drain
  *   pipeline_decode.c   records that need decoding: their staging entries,
  *                       the decode jobs, placing decoded records in slots
+ *   pipeline_cache.c    the result cache on the path: keys, hits, puts
  *
  * Not a module boundary: each file reads and writes struct pipeline. */
 #ifndef INFERD_PIPELINE_PRIV_H
 #define INFERD_PIPELINE_PRIV_H
 
+#include "pipeline/cache.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/ratelimit.h"
 
@@ -60,12 +62,23 @@ typedef struct pipeline_dlq_retry {
         uint64_t queued_us;
 } pipeline_dlq_retry_t;
 
+/* A record's key in the result cache (pipeline_cache.c), kept with it from
+ * its take (a miss) to its prediction, whose result is then put under it. */
+typedef struct pipeline_cache_key {
+        cache_key_t k;
+        bool set;                       /* false: no cache, or not to be put */
+} pipeline_cache_key_t;
+
+/* The header a prediction made from the cache has: inferd-cache: hit. */
+#define PIPELINE_HEADER_CACHE "inferd-cache"
+
 /* A record taken for decoding (pipeline_decode.c): from its take until it
  * is placed in a slot (decoded) or sent to the DLQ (refused). */
 typedef struct pipeline_staged {
         rd_kafka_message_t *msg;        /* owned while the entry is busy */
         int tag;                        /* its offset's partition id (batch_offsets) */
         rectime_t times;                /* taken_us and decoded_us so far */
+        pipeline_cache_key_t key;       /* its key in the result cache (a miss) */
         decode_job_t job;               /* its out: the entry's buffer in staging */
 } pipeline_staged_t;
 
@@ -187,6 +200,17 @@ struct pipeline {
         uint64_t redelivered;           /* records handed out again by librdkafka, dropped */
         uint64_t redelivered_logged_us; /* when that was last logged (0: never) */
         metrics_hist_t stage_seconds[RECTIME_STAGES];
+
+        /* The result cache (pipeline_cache.c); NULL: [cache] entries was 0
+         * at start. */
+        cache_t *cache;                 /* owned */
+        pipeline_cache_key_t *cache_keys; /* (depth * capacity) each position's record's key */
+        char cache_preprocessing[96];   /* the config's, copied */
+        char cache_context[256];        /* the model's and the options' part of every key */
+        const rd_kafka_message_t *cache_held; /* the record held for room after its key was made (compared, never
+                                         * read: cleared before any held record is let go) */
+        pipeline_cache_key_t cache_held_key;    /* ... its key, not made again when it is taken */
+        uint64_t cache_hits, cache_misses;
 };
 
 /* Asks the owner to stop with a failure; the caller has logged why. */
@@ -224,7 +248,7 @@ bool pipeline_slot_full(const pipeline_t *p, int slot);
  * with it, and submits the slot when full or arms its delay. -ENOBUFS: no
  * room now (nothing done). */
 int pipeline_place(pipeline_t *p, rd_kafka_message_t *msg, int tag, const rectime_t *times, record_format_t fmt,
-                   const void *bytes, size_t len);
+                   const void *bytes, size_t len, const pipeline_cache_key_t *key);
 
 /* Submits the FILLING slot, if any, whatever the cap says (charged to it). */
 void pipeline_submit_filling(pipeline_t *p);
@@ -242,7 +266,7 @@ bool pipeline_staging_has_room(const pipeline_t *p);
 /* Takes encoded record m of format fmt (tracked under tag, times as taken)
  * into a free entry and queues its decode job. There must be room. */
 void pipeline_staging_take(pipeline_t *p, rd_kafka_message_t *m, int tag, const rectime_t *times,
-                           record_format_t fmt);
+                           record_format_t fmt, const pipeline_cache_key_t *key);
 
 /* Records taken and not yet placed in a slot or sent to the DLQ (0
  * without decoding: there are no entries). */
@@ -281,6 +305,14 @@ int pipeline_track(pipeline_t *p, const pipeline_source_t *s);
  * the same returns as pipeline_take's. */
 int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail);
 
+/* A record found in the result cache as it is taken (pipeline_cache.c):
+ * its prediction from the cached scores (engine_top_k) and raw embedding
+ * (NULL: none), with inferd-cache: hit, produced and tracked now, as a
+ * refused record's DLQ copy is; it takes no slot and no decode. The same
+ * returns as pipeline_take's (-ENOBUFS: the producer is full, m stays the
+ * caller's). */
+int pipeline_produce_hit(pipeline_t *p, rd_kafka_message_t *m, const engine_topk_t *scores, const float *raw);
+
 /* Sends a record already tracked under tag, that gets no prediction, to
  * the DLQ: 0 when *mp is gone (sent, or dropped with exactly-once and the
  * transaction doomed: the rewind brings it back), else -ENOBUFS (the
@@ -306,6 +338,37 @@ size_t pipeline_out_cut_bytes(pipeline_t *p);
  * size is learned and -ECANCELED returned (the transaction is doomed).
  * Else -errno (said), t the caller's. */
 int pipeline_prediction_refused(pipeline_t *p, const rd_kafka_message_t *m);
+
+/* --- pipeline_cache.c ------------------------------------------------------- */
+
+/* Makes the cache of entries results (0: none) and the positions' keys;
+ * preprocessing names the decode options for the keys' context. 0 or
+ * -ENOMEM. */
+int pipeline_cache_new(pipeline_t *p, int entries, const char *preprocessing);
+void pipeline_cache_free(pipeline_t *p);
+
+/* Looks m (of format fmt, classified) up: a hit is produced at once
+ * (pipeline_produce_hit), *r set to what pipeline_take returns, and true
+ * returned; a miss returns false with *key its key (key->set), to keep
+ * with the record. Without a cache (or emptied to 0), false, key unset. */
+bool pipeline_cache_take(pipeline_t *p, rd_kafka_message_t *m, record_format_t fmt, pipeline_cache_key_t *key,
+                         int *r);
+
+/* m (NULL: none) is held for room with its key made (a miss): the next
+ * try takes the key instead of hashing m again. Any other take, and
+ * letting held records go, forgets it. */
+void pipeline_cache_held(pipeline_t *p, const rd_kafka_message_t *m, const pipeline_cache_key_t *key);
+
+/* Slot position pos (pipeline_pos) holds a record of key (NULL: none). */
+void pipeline_cache_keep(pipeline_t *p, size_t pos, const pipeline_cache_key_t *key);
+
+/* Position pos's prediction was handed over: its result (scores:
+ * engine_top_k; raw: the engine's embedding, NULL: none) is put under its
+ * key, if it has one. */
+void pipeline_cache_put(pipeline_t *p, size_t pos, const engine_topk_t *scores, const float *raw);
+
+/* After a model swap: emptied, and carved for the new result size. */
+void pipeline_cache_swapped(pipeline_t *p);
 
 /* --- pipeline_dlq.c --------------------------------------------------------- */
 

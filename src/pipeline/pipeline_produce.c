@@ -219,33 +219,34 @@ fail:
         return r;
 }
 
-/* A record refused as it is taken (its type, or its age): its DLQ copy, and
- * the same returns as pipeline_take's. */
-int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
-        pipeline_source_t s;
-        int r;
-
-        pipeline_source_of(&s, m);
-        r = pipeline_dead_letter(p, &s, code, detail, PIPELINE_TRACK_NOW);
+/* The end of taking m, which went to its output (s: a view of m) with r:
+ * pipeline_take's returns. */
+static int pipeline_taken(pipeline_t *p, rd_kafka_message_t *m, const pipeline_source_t *s, int r) {
         if (r == -ENOBUFS)
                 return r;
-        if (r == -ECANCELED) {
-                /* Exactly-once, the transaction doomed: not tracked, so it
-                 * comes again after the rewind. */
-                rd_kafka_message_destroy(m);
-                return 0;
-        }
-        if (r < 0) {
+        if (r < 0 && r != -ECANCELED) {
                 /* Tracked and never done: no later offset of its
                  * partition is stored, so it is redelivered. */
-                pipeline_track(p, &s);
+                pipeline_track(p, s);
                 rd_kafka_message_destroy(m);
                 pipeline_fail(p, 1);
                 return 0;
         }
+        /* -ECANCELED: exactly-once, the transaction doomed: not tracked,
+         * so it comes again after the rewind. */
         rd_kafka_message_destroy(m);
-        p->records_in++;
+        if (r == 0)
+                p->records_in++;
         return 0;
+}
+
+/* A record refused as it is taken (its type, or its age): its DLQ copy, and
+ * the same returns as pipeline_take's. */
+int pipeline_refuse_taken(pipeline_t *p, rd_kafka_message_t *m, const char *code, const char *detail) {
+        pipeline_source_t s;
+
+        pipeline_source_of(&s, m);
+        return pipeline_taken(p, m, &s, pipeline_dead_letter(p, &s, code, detail, PIPELINE_TRACK_NOW));
 }
 
 int pipeline_produce_dead(pipeline_t *p, rd_kafka_message_t **mp, int tag, const char *code, const char *detail) {
@@ -274,19 +275,19 @@ typedef struct pipeline_out {
         size_t len;
 } pipeline_out_t;
 
-/* Position i of slot's embedding, prepared for output into o (normalised as
- * [output] says). Returns its length, 0 when the output has none, or -EDOM
- * when a value of it is not finite. */
-static int pipeline_embedding_of(pipeline_t *p, int slot, int i, pipeline_out_t *o) {
-        const float *all = engine_slot_embedding(p->engine, slot);     /* (n, dim) */
+/* A record's embedding (raw: the engine's, engine_embedding_dim fp32),
+ * prepared for output into o (normalised as [output] says). Returns its
+ * length, 0 when the output has none, or -EDOM when a value of it is not
+ * finite. */
+static int pipeline_embedding_of(pipeline_t *p, const float *raw, pipeline_out_t *o) {
         int dim = engine_embedding_dim(p->engine);
 
         o->dim = 0;
         if (!prediction_has_embedding(&p->meta.output))
                 return 0;
         /* The engine was opened for embeddings whenever the output has them. */
-        assert(all && dim > 0 && dim <= PREDICTION_EMBEDDING_DIM_MAX);
-        if (prediction_embedding_prepare(&p->meta.output, all + (size_t)i * dim, dim, o->embedding) < 0)
+        assert(raw && dim > 0 && dim <= PREDICTION_EMBEDDING_DIM_MAX);
+        if (prediction_embedding_prepare(&p->meta.output, raw, dim, o->embedding) < 0)
                 return -EDOM;
         o->dim = dim;
         return dim;
@@ -344,23 +345,23 @@ static int pipeline_prediction_too_large(pipeline_t *p, pipeline_source_t *src, 
         snprintf(detail, sizeof(detail), "its prediction could not be produced to '%.200s': %s", p->output_topic,
                  sizes ? sizes + 2 : why->msg);
         r = pipeline_dead_letter(p, src, RECORD_ERR_OUTPUT_TOO_LARGE, detail, tag);
-        if (r < 0 && r != -ECANCELED)
-                return r;
-        pipeline_source_release(src);
-        return 0;
+        return r == -ECANCELED ? 0 : r;
 }
 
-/* Produces position i of a DONE slot: its prediction (top: the slot's
- * results, (n, engine_top_k)), or its DLQ copy when its output is not
- * finite. t_now is when the slot's
- * results are produced. Returns 0 when the record has left the slot,
- * -ENOBUFS when the producer's queue is full (it stays, to be retried),
- * other -errno (fatal; it stays). */
-static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_topk_t *top, uint64_t t_now) {
-        batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
-        const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
-        size_t pos = pipeline_pos(p, slot, i);
-        pipeline_source_t *src = &p->sources[pos];
+/* The prediction of src: from scores (engine_top_k classes) and raw (the
+ * engine's embedding, NULL without one), or its DLQ copy when they are not
+ * finite. tag: its offset's id, or PIPELINE_TRACK_NOW (a cache hit: tracked
+ * once its output is handed over). times: its stages up to t_now, when the
+ * results are produced. A hit has the header inferd-cache: hit and stays
+ * out of the stage histograms (it spent nothing in decode or the engine).
+ * Returns 0 when the record is done with (produced, sent to the DLQ, or
+ * exactly-once with the transaction doomed: the rewind brings it back; the
+ * caller releases src), with *produced set for a prediction handed over;
+ * -ENOBUFS when the producer's queue is full (retry), other -errno
+ * (fatal). */
+static int pipeline_produce_prediction(pipeline_t *p, pipeline_source_t *src, int tag, const rectime_t *times,
+                                       const engine_topk_t *scores, const float *raw, bool hit, uint64_t t_now,
+                                       bool *produced) {
         rd_kafka_headers_t *h;
         pipeline_ticket_t *t;
         errbuf_t err = {};
@@ -369,46 +370,40 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
         size_t header_bytes;
         int r;
 
-        if (pipeline_output_stale(p, src, e->tag)) {
-                pipeline_source_release(src);
-                return 0;
-        }
-        if (!engine_topk_is_finite(scores) || pipeline_embedding_of(p, slot, i, &o) < 0) {
+        *produced = false;
+        if (!engine_topk_is_finite(scores) || pipeline_embedding_of(p, raw, &o) < 0) {
                 r = pipeline_dead_letter(p, src, RECORD_ERR_NON_FINITE_OUTPUT,
                                          "the model's output for this record is not finite (a NaN or infinite "
                                          "logit or embedding value), so it has no prediction",
-                                         e->tag);
-                if (r < 0 && r != -ECANCELED)
-                        return r;       /* it stays */
+                                         tag);
                 /* Sent, or exactly-once and the transaction doomed: the
                  * rewind after the abort brings it back. */
-                pipeline_source_release(src);
-                return 0;
+                return r == -ECANCELED ? 0 : r;
         }
         h = pipeline_source_headers(src);
         if (h)
                 cuts = pipeline_copy_headers(p, src, h);
+        if (h && hit)
+                rd_kafka_header_add(h, PIPELINE_HEADER_CACHE, -1, "hit", -1);
         t = pipeline_ticket_new(src, false);
         if (t) {
-                t->times = p->times[pos];
-                t->timed = t->timestamp_ms >= 0;
+                t->times = *times;
+                t->timed = t->timestamp_ms >= 0 && !hit;
         }
         if (h && p->timing_header) {
                 double stages[RECTIME_STAGES];
                 char timing[128];
 
-                rectime_stages(&p->times[pos], t_now, stages);
+                rectime_stages(times, t_now, stages);
                 if (rectime_format_header(stages, timing, sizeof(timing)) > 0)
                         rd_kafka_header_add(h, "inferd-timing", -1, timing, -1);
         }
         o.big = NULL;
-        if (!h || !t ||
-            pipeline_prediction_value(p, &o, scores, (double)(t_now - p->times[pos].taken_us) / 1000.0, h) < 0) {
+        if (!h || !t || pipeline_prediction_value(p, &o, scores, (double)(t_now - times->taken_us) / 1000.0, h) < 0) {
                 r = -ENOMEM;
                 log_error("Failed to format the prediction of offset %" PRId64 ": %s", src->offset, strerror(ENOMEM));
                 goto fail;
         }
-        t->part_id = e->tag;
         header_bytes = kafka_headers_bytes(h);
         if (src->key_len + o.len + header_bytes >= pipeline_out_cut_bytes(p))
                 /* Exactly-once: the broker refused a prediction this large. */
@@ -425,7 +420,6 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                  * rewind after the abort brings the record back. */
                 rd_kafka_headers_destroy(h);
                 free(t);
-                pipeline_source_release(src);
                 return 0;
         }
         if (r == -EMSGSIZE) {
@@ -436,7 +430,7 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                 h = NULL;
                 free(t);
                 t = NULL;
-                r = pipeline_prediction_too_large(p, src, e->tag, &err);
+                r = pipeline_prediction_too_large(p, src, tag, &err);
                 if (r < 0)
                         return r;       /* it stays */
                 pipeline_count_cuts(p, cuts);
@@ -447,10 +441,12 @@ static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_top
                         log_error("%s", err.msg);
                 goto fail;
         }
-        /* h and t belong to librdkafka now. */
-        pipeline_source_release(src);
+        /* h and t belong to librdkafka now; its delivery report comes
+         * through this thread's poll, after this. */
+        t->part_id = tag == PIPELINE_TRACK_NOW ? pipeline_track(p, src) : tag;
         pipeline_count_cuts(p, cuts);
         p->predictions_out++;
+        *produced = true;
         return 0;
 fail:
         if (h)
@@ -458,6 +454,51 @@ fail:
         free(t);
         free(o.big);
         return r;
+}
+
+/* Produces position i of a DONE slot (top: the slot's results, (n,
+ * engine_top_k)); a prediction made is kept in the result cache under the
+ * record's key. Returns 0 when the record has left the slot, -ENOBUFS when
+ * the producer's queue is full (it stays, to be retried), other -errno
+ * (fatal; it stays). */
+static int pipeline_produce_one(pipeline_t *p, int slot, int i, const engine_topk_t *top, uint64_t t_now) {
+        batch_entry_t *e = batch_slot_entry(p->batch, slot, i);
+        const engine_topk_t *scores = top + (size_t)i * p->engine_top_k;
+        const float *all = engine_slot_embedding(p->engine, slot);     /* (n, dim); NULL: none */
+        const float *raw = all ? all + (size_t)i * engine_embedding_dim(p->engine) : NULL;
+        size_t pos = pipeline_pos(p, slot, i);
+        pipeline_source_t *src = &p->sources[pos];
+        bool produced;
+        int r;
+
+        if (pipeline_output_stale(p, src, e->tag)) {
+                pipeline_source_release(src);
+                return 0;
+        }
+        r = pipeline_produce_prediction(p, src, e->tag, &p->times[pos], scores, raw, false, t_now, &produced);
+        if (r < 0)
+                return r;       /* it stays */
+        if (produced)
+                pipeline_cache_put(p, pos, scores, raw);
+        pipeline_source_release(src);
+        return 0;
+}
+
+int pipeline_produce_hit(pipeline_t *p, rd_kafka_message_t *m, const engine_topk_t *scores, const float *raw) {
+        uint64_t now = pipeline_now_us();
+        rectime_t times = {
+                .queue_s = rectime_queue_s(rd_kafka_message_timestamp(m, NULL), rectime_now_s()),
+                .taken_us = now, .decoded_us = now, .submitted_us = now, .done_us = now,
+        };
+        pipeline_source_t s;
+        bool produced;
+        int r;
+
+        pipeline_source_of(&s, m);
+        r = pipeline_produce_prediction(p, &s, PIPELINE_TRACK_NOW, &times, scores, raw, true, now, &produced);
+        if (r == 0)
+                p->cache_hits++;
+        return pipeline_taken(p, m, &s, r);
 }
 
 /* Produces the predictions of a DONE slot, from where it stopped; releases

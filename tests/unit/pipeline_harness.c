@@ -107,6 +107,12 @@ static void tp_delivered(void *userdata, const rd_kafka_message_t *m) {
                 if (k->offset >= 0 && k->offset < TP_ORDER_MAX && !t->pred_headers[k->offset] &&
                     rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
                         t->pred_headers[k->offset] = rd_kafka_headers_copy(h);
+                if (k->offset >= 0 && k->offset < TP_ORDER_MAX && !t->pred_values[k->offset] &&
+                    (t->pred_values[k->offset] = malloc(m->len + 1))) {
+                        memcpy(t->pred_values[k->offset], m->payload, m->len);
+                        t->pred_values[k->offset][m->len] = '\0';
+                        t->pred_value_len[k->offset] = m->len;
+                }
         }
         if (!m->err)
                 pipeline_output_delivered(t->pipeline, m);
@@ -316,7 +322,8 @@ int tp_feed_records(const char *bootstraps, int n, const void *const *values, co
 
 /* The mock cluster, the engine stand-in, Kafka, the decode pool and the
  * pipeline, wired as daemon_start wires them. */
-static int tp_setup_full(tp_t *t, int max_images_per_s, int decode_threads, const char *message_max_bytes) {
+static int tp_setup_full(tp_t *t, int max_images_per_s, int decode_threads, const char *message_max_bytes,
+                         int cache_entries) {
         static const kafka_callbacks_t cb = {
                 .assigned = tp_assigned,
                 .revoking = tp_revoking,
@@ -401,6 +408,8 @@ static int tp_setup_full(tp_t *t, int max_images_per_s, int decode_threads, cons
                 .max_images_per_s = max_images_per_s,
                 .meta = { .model_id = "none", .backend = engine_backend(t->engine), .precision = "fp32" },
                 .trace_headers = true,  /* the daemon's default */
+                .cache_entries = cache_entries,
+                .cache_preprocessing = "decode_fast=0;exif_orientation=0",
                 .decode = t->decode,
         };
         CU_ASSERT_EQUAL_FATAL(pipeline_new(&t->pipeline, &pc, &ops, t), 0);
@@ -408,11 +417,15 @@ static int tp_setup_full(tp_t *t, int max_images_per_s, int decode_threads, cons
 }
 
 int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads) {
-        return tp_setup_full(t, max_images_per_s, decode_threads, NULL);
+        return tp_setup_full(t, max_images_per_s, decode_threads, NULL, 0);
+}
+
+int tp_setup_cache(tp_t *t, int cache_entries, int decode_threads) {
+        return tp_setup_full(t, 0, decode_threads, NULL, cache_entries);
 }
 
 int tp_setup_producer_max(tp_t *t, const char *message_max_bytes) {
-        return tp_setup_full(t, 0, 0, message_max_bytes);
+        return tp_setup_full(t, 0, 0, message_max_bytes, 0);
 }
 
 int tp_setup_capped(tp_t *t, int max_images_per_s) {
@@ -439,9 +452,11 @@ void tp_teardown(tp_t *t) {
         cfg_free(t->cfg);
         rd_kafka_mock_cluster_destroy(t->cluster);
         rd_kafka_destroy(t->mock_rk);
-        for (int i = 0; i < TP_ORDER_MAX; i++)
+        for (int i = 0; i < TP_ORDER_MAX; i++) {
                 if (t->pred_headers[i])
                         rd_kafka_headers_destroy(t->pred_headers[i]);
+                free(t->pred_values[i]);
+        }
 }
 
 /* One turn of the loop daemon.c runs. */
@@ -472,4 +487,26 @@ void tp_turn(tp_t *t) {
                 pipeline_reap(t->pipeline);
         kafka_poll_producer(t->kafka);
         pipeline_produce_pending(t->pipeline);
+}
+
+void tp_run_until(tp_t *t, int n) {
+        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
+
+        while (t->delivered_predictions + t->delivered_dlq < n && !t->fails && !t->delivery_errors &&
+               pipeline_now_us() < end)
+                tp_turn(t);
+}
+
+void tp_run_to(tp_t *t, int n) {
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
+        tp_run_until(t, n);
+}
+
+const char *tp_header(const rd_kafka_headers_t *h, const char *name, char *buf, size_t size, bool *present) {
+        const void *v;
+        size_t len;
+
+        *present = h && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+        snprintf(buf, size, "%.*s", *present ? (int)len : 0, *present ? (const char *)v : "");
+        return buf;
 }

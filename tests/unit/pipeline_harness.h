@@ -61,6 +61,8 @@ typedef struct tp {
         rd_kafka_headers_t *pred_headers[TP_ORDER_MAX]; /* copies of the predictions' headers, by source
                                                          * offset (owned; NULL: none delivered) */
         char dlq_detail[512];           /* the last delivered DLQ copy's inferd-error-detail */
+        char *pred_values[TP_ORDER_MAX]; /* copies of the predictions' values, by source offset (owned) */
+        size_t pred_value_len[TP_ORDER_MAX];
         int dlq_codes_seen[TP_ORDER_MAX]; /* DLQ copies delivered by source offset */
         size_t dlq_value_len[TP_ORDER_MAX]; /* ... the last one's value bytes */
 } tp_t;
@@ -91,6 +93,8 @@ int tp_feed_headers(const char *bootstraps, int n, rd_kafka_headers_t *const *he
  * decode_threads decode threads (0: no decode pool). 0, or -1 with a CUnit
  * failure. */
 int tp_setup_with(tp_t *t, int max_images_per_s, int decode_threads);
+/* tp_setup_with a result cache of cache_entries ([cache] entries). */
+int tp_setup_cache(tp_t *t, int cache_entries, int decode_threads);
 /* tp_setup with the producer's message.max.bytes set (NULL: librdkafka's). */
 int tp_setup_producer_max(tp_t *t, const char *message_max_bytes);
 int tp_setup_capped(tp_t *t, int max_images_per_s);
@@ -99,5 +103,13 @@ void tp_teardown(tp_t *t);
 
 /* One turn of the loop daemon.c runs. */
 void tp_turn(tp_t *t);
+
+/* Runs the pipeline until n outputs in all (or a failure) are delivered;
+ * tp_run_to subscribes first. */
+void tp_run_until(tp_t *t, int n);
+void tp_run_to(tp_t *t, int n);
+
+/* The value of h's last header name into buf ("" when absent: *present). */
+const char *tp_header(const rd_kafka_headers_t *h, const char *name, char *buf, size_t size, bool *present);
 
 #endif

@@ -333,6 +333,8 @@ static void test_cfg_bad_values(void) {
                 { "output", "kind", "vector", "'vector' is not one of classes, embedding, both" },
                 { "output", "embedding_format", "f16le", "'f16le' is not one of json, f32le, base64" },
                 { "output", "embedding_normalize", "L2", "'L2' is not one of none, l2" },
+                { "cache", "entries", "-1", "is not in" },
+                { "cache", "entries", "16777217", "is not in" },
                 { "service", "trace_headers", "maybe", "is not yes or no" },
                 { "service", "timing_header", "sometimes", "is not yes or no" },
                 { "metrics", "listen", "9464", "is not host:port" },
@@ -706,6 +708,7 @@ static const char *const design_keys[][2] = {
         { "output", "kind" },
         { "output", "embedding_format" },
         { "output", "embedding_normalize" },
+        { "cache", "entries" },
 };
 #define N_DESIGN_KEYS (sizeof(design_keys) / sizeof(design_keys[0]))
 

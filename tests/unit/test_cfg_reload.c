@@ -76,6 +76,7 @@ static const struct {
         { "output", "kind", CFG_RELOAD_RESTART },
         { "output", "embedding_format", CFG_RELOAD_RESTART },
         { "output", "embedding_normalize", CFG_RELOAD_RESTART },
+        { "cache", "entries", CFG_RELOAD_LIVE },
 };
 #define N_WANT (sizeof(want_class) / sizeof(want_class[0]))
 
@@ -129,6 +130,10 @@ static int set_precision(void *u, precision_t p, errbuf_t *why) {
         return rec(u, "precision", p, 0, why);
 }
 
+static int set_cache_entries(void *u, int n, errbuf_t *why) {
+        return rec(u, "cache_entries", n, 0, why);
+}
+
 static cfg_live_ops_t recording_ops(recorder_t *r) {
         return (cfg_live_ops_t){
                 .userdata = r,
@@ -140,6 +145,7 @@ static cfg_live_ops_t recording_ops(recorder_t *r) {
                 .set_max_images_per_s = set_max_images_per_s,
                 .set_max_record_age = set_max_record_age,
                 .set_precision = set_precision,
+                .set_cache_entries = set_cache_entries,
         };
 }
 
@@ -214,6 +220,7 @@ static void test_cfg_reload_each_live_key_applied(void) {
                 { "batching", "max_images_per_s", "300", "max_images_per_s", 300, 0 },
                 { "batching", "max_record_age", "90s", "max_record_age", 90000, CFG_AGE_DLQ },
                 { "batching", "max_record_age_action", "skip", "max_record_age", 0, CFG_AGE_SKIP },
+                { "cache", "entries", "1000", "cache_entries", 1000, 0 },
         };
         size_t nlive = 0;
 

@@ -71,18 +71,12 @@ static void test_pipeline_live_settings_and_stats(void) {
 /* Runs the loop daemon.c runs, until every record was acknowledged. */
 static void test_pipeline_records_to_predictions_and_dlq(void) {
         pipeline_stats_t st;
-        uint64_t end;
         tp_t t;
 
         if (tp_setup(&t) < 0)
                 return;
         CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
-        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
-        end = pipeline_now_us() + TP_TIMEOUT_US;
-        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && !t.delivery_errors &&
-               pipeline_now_us() < end) {
-                tp_turn(&t);
-        }
+        tp_run_to(&t, TP_GOOD + 1);
         CU_ASSERT_EQUAL(t.fails, 0);
         CU_ASSERT_EQUAL(t.delivery_errors, 0);
         CU_ASSERT_EQUAL(t.assigned, 1);
@@ -119,10 +113,7 @@ static void test_pipeline_redelivered_dropped(void) {
         if (tp_setup(&t) < 0)
                 return;
         CU_ASSERT_EQUAL_FATAL(tp_feed(t.cfg->kafka.brokers), 0);
-        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
-        end = pipeline_now_us() + TP_TIMEOUT_US;
-        while (t.delivered_predictions + t.delivered_dlq < TP_GOOD + 1 && !t.fails && pipeline_now_us() < end)
-                tp_turn(&t);
+        tp_run_to(&t, TP_GOOD + 1);
         CU_ASSERT_EQUAL_FATAL(t.delivered_predictions + t.delivered_dlq, TP_GOOD + 1);
 
         /* Back to offset 1: the six records from there come again. */
@@ -717,25 +708,6 @@ static void test_pipeline_dlq_broker_refuses_size(void) {
 
 /* The value of header name in h as a NUL-terminated copy in buf ("" when
  * absent; *present says which). */
-static const char *tp_header(const rd_kafka_headers_t *h, const char *name, char *buf, size_t size, bool *present) {
-        const void *v;
-        size_t len;
-
-        *present = h && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
-        snprintf(buf, size, "%.*s", *present ? (int)len : 0, *present ? (const char *)v : "");
-        return buf;
-}
-
-/* Runs the pipeline until n outputs (or a failure) are delivered. */
-static void tp_run_to(tp_t *t, int n) {
-        uint64_t end = pipeline_now_us() + TP_TIMEOUT_US;
-
-        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t->kafka, &(errbuf_t){}), 0);
-        while (t->delivered_predictions + t->delivered_dlq < n && !t->fails && !t->delivery_errors &&
-               pipeline_now_us() < end)
-                tp_turn(t);
-}
-
 #define TP_PARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 /* Issue 41, item 4: a good record with a 1.2 MB tracestate stopped the

@@ -631,6 +631,61 @@ static void test_plan_kafka_queue_holds_the_hold(void) {
         model_free(m);
 }
 
+/* The result cache ([cache] entries) is host memory beside the pinned
+ * buffers: 48 bytes a record for its key and links, 8 a class of the top-k
+ * and 4 a value of the embedding (ResNet-50: 2048). It comes out of what
+ * librdkafka gets, a cache that does not fit is refused by name, and a
+ * swap's plan charges the cache held since start. */
+static void test_plan_cache_charged_to_host_budget(void) {
+        errbuf_t err = { "" };
+        model_t *m = NULL;
+        plan_request_t req;
+        plan_t without, p;
+        char *json = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        CU_ASSERT_EQUAL(plan_cache_bytes(0, 5, 2048), 0);
+        CU_ASSERT_EQUAL(plan_cache_bytes(1000, 5, 0), 1000 * (48 + 5 * 8));
+        CU_ASSERT_EQUAL(plan_cache_bytes(10, 5, 2048), 10 * (48 + 40 + 8192));
+        CU_ASSERT_EQUAL_FATAL(model_describe(&m), 0);
+        plan_request_cpu(&req, (uint64_t)8 << 30);
+        req.max_batch = 8;
+        req.host_budget_bytes = (uint64_t)2 << 30;
+        req.host_reserve_bytes = (uint64_t)10 << 20;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &without, &err), 0);
+        CU_ASSERT_EQUAL(without.cache_bytes, 0);
+        req.cache_entries = 100000;
+        req.embedding = true;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.cache_entries, 100000);
+        CU_ASSERT_EQUAL(p.cache_bytes, 100000ULL * (48 + 40 + 8192));
+        CU_ASSERT_EQUAL(p.pinned_host_bytes + p.decode_host_bytes + p.cache_bytes + p.host_rest_bytes,
+                        p.host_budget_bytes);
+        f = open_memstream(&json, &len);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        plan_write_json(&p, f);
+        plan_write_text(&p, f);
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"cache_entries\":100000,\"cache_bytes\":828000000,"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(json, "result cache"));
+        free(json);
+
+        /* 300,000 embeddings (2.3 GiB) do not fit 2 GiB: named. */
+        req.cache_entries = 300000;
+        CU_ASSERT_EQUAL(plan_make(m, &req, &p, &err), -ENOSPC);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "too small for the result cache ([cache] entries = 300000"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "lower [cache] entries"));
+
+        /* A swap's plan: the cache made at start, whatever the new model's
+         * results would take. */
+        req.cache_entries = 10;
+        req.held_cache_bytes = (uint64_t)1 << 20;
+        CU_ASSERT_EQUAL_FATAL(plan_make(m, &req, &p, &err), 0);
+        CU_ASSERT_EQUAL(p.cache_bytes, (uint64_t)1 << 20);
+        model_free(m);
+}
+
 int test_plan_register(void) {
         static CU_TestInfo tests[] = {
                 { "counts_weights_once", test_plan_counts_weights_once },
@@ -647,6 +702,7 @@ int test_plan_register(void) {
                 { "decode_running_pool", test_plan_decode_running_pool },
                 { "swap_charges_held_buffers", test_plan_swap_charges_held_buffers },
                 { "kafka_queue_holds_the_hold", test_plan_kafka_queue_holds_the_hold },
+                { "cache_charged_to_host_budget", test_plan_cache_charged_to_host_budget },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("plan", tests);
