@@ -4,6 +4,8 @@
  *        past [batching] max_record_age -> the DLQ (expired), or with skip
  *                finished at once without output (ops->skipped; tracked offset)
  *        bad  -> produce a copy to the DLQ                (tracked offset)
+ *        in the result cache ([cache] entries) -> its prediction at once,
+ *                with inferd-cache: hit, no decode, no slot (tracked offset)
  *        good -> batch_add + copy into the engine's slot  (tracked offset)
  *        JPEG/PNG/WebP -> a staging entry and a decode job writing its
  *                    RGB8 there (the decode pool's threads; tracked offset)

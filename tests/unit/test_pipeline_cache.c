@@ -25,9 +25,9 @@ static void fill_images(void) {
 
 /* Feeds n RGB8 records, each img_a or img_b as pick[i] says. */
 static void feed_ab(tp_t *t, const char *pick) {
-        const void *values[8];
-        size_t lens[8];
-        const char *types[8] = {};
+        const void *values[16];
+        size_t lens[16];
+        const char *types[16] = {};
         int n = (int)strlen(pick);
 
         for (int i = 0; i < n; i++) {
@@ -192,11 +192,46 @@ static void test_pipeline_cache_swap_empties_and_resize(void) {
         tp_teardown(&t);
 }
 
+/* A record held for room (the slots full, the engine stalled) was looked up
+ * as a miss when it was first tried; taken once its twin's result is in,
+ * it is a hit. Misses are counted when a record is taken, once. */
+static void test_pipeline_cache_held_record_becomes_a_hit(void) {
+        pipeline_stats_t st;
+        uint64_t end;
+        tp_t t;
+
+        fill_images();
+        if (tp_setup_cache(&t, 16, 0) < 0)
+                return;
+        t.hold_timer_held = true;
+        feed_ab(&t, "abababababab");
+        CU_ASSERT_EQUAL_FATAL(kafka_subscribe(t.kafka, &(errbuf_t){}), 0);
+        t.engine_stalled = true;
+        end = pipeline_now_us() + TP_TIMEOUT_US;
+        do {
+                tp_turn(&t);
+                pipeline_get_stats(t.pipeline, &st);
+        } while (st.records_held == 0 && !t.fails && pipeline_now_us() < end);
+        CU_ASSERT_EQUAL_FATAL(st.records_held > 0, true);
+        for (int i = 0; i < 20; i++)
+                tp_turn(&t);    /* the held record tried again and again */
+        assert_cache(&t, 0, 2 * TP_MAX_BATCH, 0);
+        t.engine_stalled = false;
+        tp_run_until(&t, 12);
+        CU_ASSERT_EQUAL(t.fails, 0);
+        CU_ASSERT_EQUAL(t.delivered_predictions, 12);
+        assert_cache(&t, 12 - 2 * TP_MAX_BATCH, 2 * TP_MAX_BATCH, 2);
+        CU_ASSERT_TRUE(has_hit_header(&t, 2 * TP_MAX_BATCH));
+        CU_ASSERT_EQUAL(t.next_offset, 12);
+        tp_teardown(&t);
+}
+
 int test_pipeline_cache_register(void) {
         static CU_TestInfo tests[] = {
                 { "hit_same_prediction", test_pipeline_cache_hit_same_prediction },
                 { "bad_record_dead_lettered_each_time", test_pipeline_cache_bad_record_dead_lettered_each_time },
                 { "swap_empties_and_resize", test_pipeline_cache_swap_empties_and_resize },
+                { "held_record_becomes_a_hit", test_pipeline_cache_held_record_becomes_a_hit },
                 CU_TEST_INFO_NULL,
         };
         return unit_add_suite("pipeline_cache", tests);
