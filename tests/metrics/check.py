@@ -112,11 +112,11 @@ def plan(scrape, plan_json):
     want = {'weights': p['weights_bytes'], 'activations': p['activation_bytes'], 'workspace': p['workspace_bytes'],
             'staging': p['staging_bytes'], 'context': p['context_bytes'], 'graphs': p['graph_bytes'],
             'arena_kept': p['arena_kept_bytes'], 'pinned_host': p['pinned_host_bytes'],
-            'kafka_queue': p['kafka_queue_bytes']}
+            'kafka_queue': p['kafka_queue_bytes'], 'cache': p['cache_bytes']}
     got = {dict(k[1])['term']: v for k, v in s.items() if k[0] == 'inferd_plan_bytes'}
     check('metrics/plan-terms', got == want, 'inferd_plan_bytes %s, inferd --plan --json %s' % (got, want))
-    # pinned_host and kafka_queue are host memory, outside the device total.
-    device = sum(v for t, v in got.items() if t not in ('pinned_host', 'kafka_queue'))
+    # pinned_host, kafka_queue and cache are host memory, outside the device total.
+    device = sum(v for t, v in got.items() if t not in ('pinned_host', 'kafka_queue', 'cache'))
     check('metrics/plan-total', device == p['total_bytes'],
           'the device terms sum to %s, the plan\'s total is %s' % (device, p['total_bytes']))
     check('metrics/plan-budget', get(s, 'inferd_plan_budget_bytes') == p['budget_bytes']
