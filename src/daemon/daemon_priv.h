@@ -46,6 +46,8 @@
  * a stall, logged with what held the loop. */
 #define DAEMON_LOOP_PROBE_US 100000
 #define DAEMON_LOOP_STALL_US 1000000
+/* A lag logged at debug level: the goal's bound for its p99.9. */
+#define DAEMON_LOOP_SLOW_US 50000
 
 /* Reloads and model swaps in place, since start (for the metrics). A
  * reload is applied when its file was valid and whatever it asked was done

@@ -465,3 +465,32 @@ kt_dlq_size() {
                 kt_fail "$t-drain" "exit $rc; $(grep -i 'error' "$KT_DIR/$n.log" | tail -n 2 | tr '\n' ' ')"
         fi
 }
+
+# probe_verdict TEST NAME [WHEN]: the 10 Hz /livez prober's figures in
+# $KT_DIR/NAME.probe (tests/kafka/probe.py): a pass when it made 10 probes
+# or more and the longest answer took under 1 s. The goal is 250 ms; 1 s
+# leaves a loaded 2-core machine its margin, and is the kubelet's probe
+# timeout. WHEN, when given, says when they were made.
+probe_verdict() {
+        local n p99 max
+        read -r n p99 max <"$KT_DIR/$2.probe"
+        if [ "${n:-0}" -ge 10 ] && [ "${max:-5000}" -lt 1000 ]; then
+                kt_pass "$1" "$n probes${3:+ $3}, p99 $p99 ms, longest $max ms"
+        else
+                kt_fail "$1" "${n:-0} probes, p99 ${p99:-?} ms, longest ${max:-?} ms (want under 1000)"
+        fi
+}
+# lag_verdict TEST NAME PORT: the loop's lag over the run, from a scrape of
+# the daemon on PORT into $KT_DIR/NAME.prom (inferd_loop_lag_seconds, a
+# timer every few ms): the bucket that holds its p99.9, and its longest,
+# which must be 1 s at most.
+lag_verdict() {
+        local n999 top lagn
+        curl -s -m 10 "http://127.0.0.1:$3/metrics" >"$KT_DIR/$2.prom"
+        read -r n999 top lagn < <(/usr/bin/python3 tests/kafka/probe.py --lag "$KT_DIR/$2.prom")
+        if [ "${lagn:-0}" -gt 0 ] && /usr/bin/python3 -c "import sys; sys.exit(not float('$top') <= 1000)"; then
+                kt_pass "$1" "$lagn timer firings: p99.9 at most $n999 ms, the longest at most $top ms"
+        else
+                kt_fail "$1" "$lagn timer firings: p99.9 at most ${n999:-?} ms, the longest at most ${top:-?} ms (want 1000 or less)"
+        fi
+}
