@@ -122,16 +122,27 @@ void daemon_log_left(daemon_t *d, const char *why) {
                   kafka_producer_outstanding(d->kafka));
 }
 
+/* The consumer has left the group (or its close ended otherwise): the
+ * drain is done and the loop ends. */
+static void daemon_drain_done(daemon_t *d) {
+        pipeline_stats_t st;
+
+        daemon_stats(d, &st);
+        log_info("Drained in %.1f s: %" PRIu64 " records in, %" PRIu64 " predictions, %" PRIu64 " to the DLQ",
+                 (double)(daemon_now_us() - d->drain_started_us) / 1e6, st.records_in, st.predictions_out, st.dlq_out);
+        sd_event_exit(d->event, 0);
+}
+
 /* The drain's end, once nothing is in flight: the last commit goes to the
  * transaction thread (the loop answers meanwhile, and the drain's timer
- * bounds it), and when it is done the consumer leaves the group and the
- * loop ends. */
+ * bounds it); when it is done the consumer begins to leave the group, and
+ * the loop goes on serving until it has left (daemon_on_consumer_io), under
+ * the same timer. */
 static void daemon_check_drained(daemon_t *d) {
-        pipeline_stats_t st;
         errbuf_t err = {};
         int r;
 
-        if (!d->draining || d->exit_status || d->in_revoke || !daemon_nothing_in_flight(d))
+        if (!d->draining || d->leaving || d->exit_status || d->in_revoke || !daemon_nothing_in_flight(d))
                 return;
         /* A job on the transaction thread (a commit point's, or the
          * drain's own commit): its result (daemon_on_txn_io) comes back
@@ -146,14 +157,13 @@ static void daemon_check_drained(daemon_t *d) {
                 if (daemon_commit_start(d, false, false) != 0)
                         return;         /* submitted (1), or the daemon stops (-1) */
         }
-        daemon_stats(d, &st);
         daemon_txn_log_totals(d);
-        r = kafka_close(d->kafka, &err);
+        d->leaving = true;
+        r = kafka_close_start(d->kafka, &err);
         if (r < 0)
                 log_warning("%s", err.msg);
-        log_info("Drained in %.1f s: %" PRIu64 " records in, %" PRIu64 " predictions, %" PRIu64 " to the DLQ",
-                 (double)(daemon_now_us() - d->drain_started_us) / 1e6, st.records_in, st.predictions_out, st.dlq_out);
-        sd_event_exit(d->event, 0);
+        if (kafka_close_serve(d->kafka))
+                daemon_drain_done(d);
 }
 
 static void daemon_extend_stop(daemon_t *d) {
@@ -166,6 +176,15 @@ static int daemon_on_drain_timeout(sd_event_source *s, uint64_t usec, void *user
         daemon_loop_enter(d, "drain timeout");
         (void)s;
         (void)usec;
+        if (d->leaving) {
+                /* Everything was finished and committed: only the group
+                 * has not heard this member leave. */
+                log_warning("Drain timed out while leaving the consumer group: its other members take this one's "
+                            "partitions after session.timeout.ms");
+                sd_event_exit(d->event, 0);
+                daemon_loop_leave(d);
+                return 0;
+        }
         daemon_log_left(d, "Drain timed out");
         daemon_fail(d, 1);
         daemon_loop_leave(d);
@@ -262,6 +281,12 @@ static int daemon_on_consumer_io(sd_event_source *s, int fd, uint32_t revents, v
         (void)s;
         (void)revents;
         kafka_fd_clear(fd);
+        if (d->leaving) {
+                if (kafka_close_serve(d->kafka))
+                        daemon_drain_done(d);
+                daemon_loop_leave(d);
+                return 0;
+        }
         daemon_pump(d);
         daemon_progress(d);
         daemon_loop_leave(d);
@@ -495,6 +520,14 @@ fail:
 void daemon_free(daemon_t *d) {
         if (!d)
                 return;
+        /* The endpoint first: the loop that answered it has ended, and a
+         * probe should find it closed (refused) rather than accepted and
+         * never answered while the rest is torn down (librdkafka's destroy
+         * may wait for the group after a drain that timed out leaving it). */
+        httpd_free(d->httpd);
+        d->httpd = NULL;
+        httpd_free(d->probes_httpd);
+        d->probes_httpd = NULL;
         /* Every message goes before its handle (rd_kafka_destroy waits for
          * them): the pipeline destroys those it holds. It borrows the engine,
          * Kafka and the offset store, so it goes first. */
@@ -517,8 +550,6 @@ void daemon_free(daemon_t *d) {
         /* Then Kafka, before the rest: its callbacks point into d. */
         kafka_free(d->kafka);
         d->kafka = NULL;
-        httpd_free(d->httpd);
-        httpd_free(d->probes_httpd);
         sd_event_source_unref(d->sample_timer);
         sd_event_source_unref(d->sig_term);
         sd_event_source_unref(d->sig_int);

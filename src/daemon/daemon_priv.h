@@ -80,6 +80,7 @@ struct daemon {
 
         bool started, draining;
         bool drain_committing;          /* the drain's last commit went to the transaction thread */
+        bool leaving;                   /* then the consumer began to leave the group (kafka_close_start) */
 
         /* A revoke in progress, a state of the loop (daemon_rebalance.c):
          * the intake closed until the records taken from the partitions are

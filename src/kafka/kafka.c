@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,10 +567,15 @@ void kafka_free(kafka_t *k) {
                 rd_kafka_queue_io_event_enable(k->producer_q, -1, NULL, 0);
                 rd_kafka_queue_destroy(k->producer_q);
         }
-        /* Without kafka_close (an abort): leave the group to the session
-         * timeout rather than run the revoke callback from here. */
+        if (k->close_q) {
+                rd_kafka_queue_io_event_enable(k->close_q, -1, NULL, 0);
+                rd_kafka_queue_destroy(k->close_q);
+        }
+        /* Without a close that finished (an abort, or a drain that timed
+         * out while leaving): leave the group to the session timeout rather
+         * than run the revoke callback, or wait for the group, from here. */
         if (k->consumer)
-                rd_kafka_destroy_flags(k->consumer, k->closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+                rd_kafka_destroy_flags(k->consumer, k->left_group ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
         if (k->producer)
                 rd_kafka_destroy(k->producer);
         if (k->consumer_fd >= 0)
@@ -731,12 +737,17 @@ int kafka_producer_outstanding(const kafka_t *k) {
         return rd_kafka_outq_len(k->producer);
 }
 
-int kafka_close(kafka_t *k, errbuf_t *err) {
-        rd_kafka_resp_err_t re;
+/* Leaving the group without waiting (issue 36): librdkafka's close runs on
+ * its own threads (the last revoke, the final commit of at-least-once's
+ * auto-commit, the LeaveGroup and its answer) and posts its ops to a queue
+ * of ours, whose eventfd is the consumer's: the owner's loop, woken as for
+ * records, serves it with kafka_close_serve until the consumer has left. */
+int kafka_close_start(kafka_t *k, errbuf_t *err) {
+        rd_kafka_error_t *e;
 
         if (k->closed)
                 return 0;
-        kafka_revoke_done(k);   /* the owner's loop has ended: none should be pending */
+        kafka_revoke_done(k);   /* the owner's pipeline is empty: none should be pending */
         k->closed = true;
         /* Refetches show here: a pause drops what librdkafka had prefetched
          * for the partition, and its resume fetches it again
@@ -744,8 +755,48 @@ int kafka_close(kafka_t *k, errbuf_t *err) {
         if (k->rx_msgs >= 0)
                 log_info("The consumer fetched %" PRId64 " records from the brokers "
                          "(librdkafka's rxmsgs at its last statistics)", k->rx_msgs);
-        re = rd_kafka_consumer_close(k->consumer);
-        if (re)
-                return errbuf_set(err, -EIO, "Failed to leave the consumer group: %s", rd_kafka_err2str(re));
+        k->close_q = rd_kafka_queue_new(k->consumer);
+        if (!k->close_q) {
+                k->close_done = true;
+                return errbuf_set(err, -ENOMEM, "Failed to leave the consumer group: out of memory");
+        }
+        rd_kafka_queue_io_event_enable(k->close_q, k->consumer_fd, &kafka_io_payload, sizeof(kafka_io_payload));
+        k->close_started_us = kafka_now_us();
+        e = rd_kafka_consumer_close_queue(k->consumer, k->close_q);
+        if (e) {
+                errbuf_set(err, -EIO, "Failed to leave the consumer group: %s", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+                k->close_done = true;
+                return -EIO;
+        }
         return 0;
+}
+
+int kafka_close_serve(kafka_t *k) {
+        rd_kafka_message_t *m;
+
+        if (!k->closed || k->close_done)
+                return k->close_done;
+        /* The revoke's callback runs from here. Records still queued are
+         * dropped: no offset of theirs was stored, so their partitions'
+         * next owner reads them again. */
+        while ((m = rd_kafka_consume_queue(k->close_q, 0)))
+                rd_kafka_message_destroy(m);
+        if (!rd_kafka_consumer_closed(k->consumer))
+                return 0;
+        k->close_done = true;
+        k->left_group = true;
+        log_info("Left the consumer group in %.2f s", (double)(kafka_now_us() - k->close_started_us) / 1e6);
+        return 1;
+}
+
+int kafka_close(kafka_t *k, errbuf_t *err) {
+        struct pollfd p = { .fd = k->consumer_fd, .events = POLLIN };
+        int r = kafka_close_start(k, err);
+
+        while (r == 0 && !kafka_close_serve(k)) {
+                if (poll(&p, 1, 100) > 0)
+                        kafka_fd_clear(k->consumer_fd);
+        }
+        return r;
 }

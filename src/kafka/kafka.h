@@ -156,7 +156,18 @@ int kafka_flush(kafka_t *k, int timeout_ms, int *left);
 /* Records produced and not yet reported. */
 int kafka_producer_outstanding(const kafka_t *k);
 
-/* Leaves the group (the revoke callback runs from here) and stops fetching. */
+/* Begins leaving the group without waiting. Returns 0, or -errno with err
+ * set when the close could not begin (kafka_free then drops the group
+ * membership to the session timeout). */
+int kafka_close_start(kafka_t *k, errbuf_t *err);
+
+/* Serves the close (the revoke callback runs from here) when the consumer's
+ * fd is readable: 1 once the consumer has left the group, or the close has
+ * ended otherwise; 0 while it goes on. */
+int kafka_close_serve(kafka_t *k);
+
+/* Leaves the group, waiting (kafka_close_start, then kafka_close_serve until
+ * done): for callers without a loop. */
 int kafka_close(kafka_t *k, errbuf_t *err);
 
 /* --- for the metrics ----------------------------------------------------------
