@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/f32fmt.h"
+
 /* Rounds to 6 significant decimals so that lines stay short and stable. */
 static double prediction_round(double v, double scale) {
         return round(v * scale) / scale;
@@ -171,16 +173,20 @@ static void prediction_put_real(prediction_out_t *o, prediction_encoder_t *e, co
 }
 
 /* "embedding":[...] as "%.9g" numbers: the shortest printf form that
- * reads back as the same float32 (jansson's 7 digits would not). The
+ * reads back as the same float32 (jansson's 7 digits would not), written
+ * by f32fmt_g9, printf's text without printf's cost on the loop. The
  * values are finite (prediction_embedding_prepare). */
 static void prediction_put_embedding_json(prediction_out_t *o, const float *v, int dim) {
-        char num[32];
+        char num[F32FMT_MAX + 1];
 
         prediction_put_str(o, "\"embedding\":[");
         for (int i = 0; i < dim; i++) {
-                int n = snprintf(num, sizeof(num), "%s%.9g", i ? "," : "", (double)v[i]);
+                size_t n = 0;
 
-                prediction_put(o, num, (size_t)n);
+                if (i)
+                        num[n++] = ',';
+                n += f32fmt_g9(num + n, v[i]);
+                prediction_put(o, num, n);
         }
         prediction_put(o, "]", 1);
 }
