@@ -148,12 +148,13 @@ static int daemon_on_revoke_deadline(sd_event_source *s, uint64_t usec, void *us
 }
 
 /* The revoking callback. Closing (no deferring), the daemon has drained:
- * nothing is in flight, and the drain ended the transaction; what is left
- * to end is ended here, waiting. */
+ * nothing is in flight, and the drain ended the transaction or committed
+ * the offsets; what is left to end is ended here: at least once, a commit
+ * that librdkafka's close waits for on its own threads (the loop serves the
+ * close meanwhile, kafka_close_serve). */
 bool daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *parts, bool lost, bool may_defer) {
         daemon_t *d = userdata;
         uint64_t now = daemon_now_us();
-        errbuf_t err = {};
         int r;
 
         if (!d->pipeline)
@@ -162,8 +163,8 @@ bool daemon_on_revoking(void *userdata, const rd_kafka_topic_partition_list_t *p
         if (!may_defer) {
                 if (daemon_eos(d))
                         daemon_txn_end(d, lost || d->txn_doomed || daemon_records_in_pipeline(d) > 0, false);
-                else if (!lost && kafka_commit_sync(d->kafka, &err) < 0)
-                        log_warning("%s", err.msg);
+                else if (!lost)
+                        kafka_commit_async(d->kafka);
                 return false;
         }
         d->in_revoke = true;

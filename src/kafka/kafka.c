@@ -708,14 +708,6 @@ int kafka_store_offset(kafka_t *k, const char *topic, int32_t partition, int64_t
         return 0;
 }
 
-int kafka_commit_sync(kafka_t *k, errbuf_t *err) {
-        rd_kafka_resp_err_t re = rd_kafka_commit(k->consumer, NULL, 0);
-
-        if (re == RD_KAFKA_RESP_ERR__NO_OFFSET || re == RD_KAFKA_RESP_ERR_NO_ERROR)
-                return 0;
-        return errbuf_set(err, -EIO, "Failed to commit offsets: %s", rd_kafka_err2str(re));
-}
-
 int kafka_commit_async(kafka_t *k) {
         rd_kafka_resp_err_t re;
 

@@ -140,10 +140,6 @@ size_t kafka_headers_bytes(const rd_kafka_headers_t *headers);
 /* Stores next_offset (the next record to read) for commit. */
 int kafka_store_offset(kafka_t *k, const char *topic, int32_t partition, int64_t next_offset, errbuf_t *err);
 
-/* Commits the stored offsets now and waits for the broker's answer.
- * Nothing stored is not an error. */
-int kafka_commit_sync(kafka_t *k, errbuf_t *err);
-
 /* Starts a commit of the stored offsets without waiting: the daemon commits
  * shortly after storing, so that a rebalance or a crash finds little that
  * was done and not committed (librdkafka's auto-commit stays on as well). */

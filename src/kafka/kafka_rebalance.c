@@ -50,7 +50,8 @@ static void kafka_unassign(kafka_t *k, const rd_kafka_topic_partition_list_t *pa
  * the loop serves, and nothing else changes. While one is pending,
  * kafka_consume polls nothing, so no later rebalance (an assignment the
  * unassign would throw away) is served before it. Closing, nothing defers:
- * rd_kafka_consumer_close waits for the unassign inside its own call. */
+ * the close (kafka_close_start, served by kafka_close_serve) goes on only
+ * after the unassign, which is done at once. */
 static void kafka_revoke(kafka_t *k, rd_kafka_topic_partition_list_t *parts, bool lost, bool coop) {
         rd_kafka_topic_partition_list_t *copy = k->closed ? NULL : rd_kafka_topic_partition_list_copy(parts);
 
