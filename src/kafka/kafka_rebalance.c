@@ -188,20 +188,14 @@ void kafka_pause_again(kafka_t *k, const rd_kafka_message_t *m) {
 }
 
 int kafka_set_paused(kafka_t *k, bool paused) {
-        rd_kafka_topic_partition_list_t *parts;
+        rd_kafka_topic_partition_list_t *parts = NULL;
         rd_kafka_resp_err_t re;
 
         if (k->paused == paused || k->closed)
                 return 0;
-        /* The assignment as the rebalance callback keeps it (k->parts):
-         * rd_kafka_assignment would wait for librdkafka's main thread, which
-         * the loop must not (issue 36). */
-        parts = rd_kafka_topic_partition_list_new((int)k->n_parts + 1);
-        if (!parts)
-                return -ENOMEM;
-        for (size_t i = 0; i < k->n_parts; i++)
-                if (k->parts[i].assigned)
-                        rd_kafka_topic_partition_list_add(parts, k->cfg->kafka.input_topic, k->parts[i].partition);
+        re = rd_kafka_assignment(k->consumer, &parts);
+        if (re)
+                return -EIO;
         re = paused ? rd_kafka_pause_partitions(k->consumer, parts) : rd_kafka_resume_partitions(k->consumer, parts);
         rd_kafka_topic_partition_list_destroy(parts);
         if (re)
