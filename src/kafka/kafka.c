@@ -575,7 +575,8 @@ void kafka_free(kafka_t *k) {
          * out while leaving): leave the group to the session timeout rather
          * than run the revoke callback, or wait for the group, from here. */
         if (k->consumer)
-                rd_kafka_destroy_flags(k->consumer, k->left_group ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+                rd_kafka_destroy_flags(k->consumer, rd_kafka_consumer_closed(k->consumer) ?
+                                                    0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
         if (k->producer)
                 rd_kafka_destroy(k->producer);
         if (k->consumer_fd >= 0)
@@ -777,7 +778,6 @@ int kafka_close_serve(kafka_t *k) {
         if (!rd_kafka_consumer_closed(k->consumer))
                 return 0;
         k->close_done = true;
-        k->left_group = true;
         log_info("Left the consumer group in %.2f s", (double)(kafka_now_us() - k->close_started_us) / 1e6);
         return 1;
 }

@@ -68,7 +68,6 @@ struct kafka {
         bool paused;
         bool closed;                    /* kafka_close_start was called: leaving the group */
         bool close_done;                /* the close ended (or could not begin) */
-        bool left_group;                /* it ended with the consumer closed */
         rd_kafka_queue_t *close_q;      /* the close's ops (kafka_close_serve); NULL before it */
         uint64_t close_started_us;
         bool transactional;             /* [kafka] delivery = exactly-once */
