@@ -81,7 +81,7 @@ size_t f32fmt_g9(char *out, float v) {
                 m |= 1u << 23;
                 q = (int)e - 150;
         }
-        if (q >= 0)
+        if (q >= 0 || -q > 127)
                 return f32fmt_slow(out, v);
         /* The value is in [2^b, 2^(b+1)), b its binary exponent: k is
          * floor(b * log10(2)) or one more; 1233 / 4096 is log10(2) to within
@@ -93,7 +93,7 @@ size_t f32fmt_g9(char *out, float v) {
         }
         for (tries = 0; tries < 5; tries++) {
                 s = 8 - k;
-                if (s < 0 || s > F32FMT_S_MAX || -q > 127)
+                if (s < 0 || s > F32FMT_S_MAX)
                         return f32fmt_slow(out, v);
                 d = f32fmt_scaled(m, s, -q);
                 if (d >= 1000000000ULL)
